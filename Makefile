@@ -1,0 +1,55 @@
+# Two commands do all set-up on a fresh machine:
+#   make study   the main job (a study on embedded defaults)
+#   make test    the tests
+# Both create a project-local virtual environment first (torch 2.13.0 before everything else).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SHARED ?= ../shared
+STUDY ?= study/quick.yaml
+
+# Offline data: use the shared mirror and the paper's fixed splits when they are beside the checkout.
+ifneq ($(wildcard $(SHARED)/datasets/pyg),)
+export SIMCALIB_DATA_MIRROR ?= $(abspath $(SHARED)/datasets/pyg)
+endif
+ifneq ($(wildcard $(SHARED)/datasets/splits),)
+export SIMCALIB_SPLITS_DIR ?= $(abspath $(SHARED)/datasets/splits)
+endif
+export SIMCALIB_PAPER_DIR ?= $(abspath $(SHARED)/paper)
+
+# Keep Prefect, MLflow and matplotlib offline, quiet and inside the project (../shared/STACK.md).
+export PREFECT_HOME ?= $(CURDIR)/.prefect
+export PREFECT_SERVER_ANALYTICS_ENABLED = false
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
+export DO_NOT_TRACK = true
+export MLFLOW_DISABLE_TELEMETRY = true
+export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
+
+.PHONY: install study test test-slow lint benchmark clean
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+study: install
+	$(VENV)/bin/simcalib benchmark --dataset cora --backbone gcn --calibrators uncal,ts,vs,ets \
+		--splits 1 --inits 1 --folds 3 --out results/quick
+
+test: install
+	$(PY) -m pytest -q
+
+test-slow: install
+	$(PY) -m pytest -q -m slow
+
+lint: install
+	$(VENV)/bin/ruff check simcalib flows tests benchmarks
+
+clean:
+	rm -rf .cache .prefect results

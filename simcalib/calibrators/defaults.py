@@ -1,0 +1,27 @@
+"""Default calibrator weight decays of the protocol (PROTOCOL section 4, from the GATS code)."""
+
+from __future__ import annotations
+
+# GATS weight decay per (dataset, backbone)
+GATS_WEIGHT_DECAY = {
+    ("Cora", "GCN"): 0.005, ("Cora", "GAT"): 0.01,
+    ("Citeseer", "GCN"): 0.005, ("Citeseer", "GAT"): 0.01,
+    ("Pubmed", "GCN"): 0.0, ("Pubmed", "GAT"): 0.2,
+    ("Computers", "GCN"): 0.0, ("Computers", "GAT"): 0.0,
+    ("Photo", "GCN"): 0.0, ("Photo", "GAT"): 0.0,
+    ("CS", "GCN"): 0.001, ("CS", "GAT"): 0.001,
+    ("Physics", "GCN"): 0.001, ("Physics", "GAT"): 0.001,
+    ("CoraFull", "GCN"): 0.01, ("CoraFull", "GAT"): 0.005,
+}
+
+
+def default_weight_decay(method: str, dataset: str | None = None, backbone: str | None = None) -> float:
+    """The protocol's default weight decay of ``method`` on (dataset, backbone)."""
+    method = method.lower()
+    if method in ("uncal", "ts", "vs", "ets"):
+        return 0.0
+    if method == "cagcn":
+        return 0.03 if dataset == "CoraFull" else 5e-3
+    if method == "gats":
+        return GATS_WEIGHT_DECAY.get((dataset, backbone), 5e-4)
+    return 5e-4

@@ -1,0 +1,217 @@
+"""Loading a benchmark graph: data root, offline mirror, checksums, clear errors.
+
+Order of sources: the processed or raw files already in the data root; else the raw files of a mirror
+(``SIMCALIB_DATA_MIRROR`` or the ``mirror`` argument, in the raw layout of torch_geometric), copied into
+the root and verified against the mirror's ``SHA256SUMS`` when it has one; else torch_geometric's own
+download. Features are row-normalised (``NormalizeFeatures``) and stored as a sparse CSR matrix by a
+``pre_transform``, so the bag-of-words graphs (CoraFull, CS, Physics: 6.8k to 8.7k features) are never held
+dense after their one-off processing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import warnings
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from simcalib.data.registry import DatasetSpec, get_spec
+from simcalib.errors import DataCorruptError, DataMissingError
+
+ROOT_ENV = "SIMCALIB_DATA_ROOT"
+MIRROR_ENV = "SIMCALIB_DATA_MIRROR"
+OFFLINE_ENV = "SIMCALIB_OFFLINE"
+DEFAULT_ROOT = "data"
+
+
+@dataclass
+class GraphData:
+    """A benchmark graph ready for training: sparse CSR features, edge_index, labels."""
+
+    name: str
+    x: torch.Tensor  # [N, F] float32, sparse CSR (row-normalised)
+    edge_index: torch.Tensor  # [2, E] int64, both directions of every undirected edge
+    y: torch.Tensor  # [N] int64
+    num_classes: int
+    source: str  # where the raw files came from: "root", "mirror <path>" or "download"
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.y.numel())
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+
+def data_root(root: str | os.PathLike | None = None) -> Path:
+    return Path(root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
+
+
+def mirror_dir(mirror: str | os.PathLike | None = None) -> Path | None:
+    value = mirror or os.environ.get(MIRROR_ENV)
+    return Path(value) if value else None
+
+
+def _row_normalise_to_csr(data):
+    """``pre_transform``: NormalizeFeatures (rows sum to 1; all-zero rows stay zero), stored as sparse CSR."""
+    x = data.x
+    if x.layout != torch.strided:
+        x = x.to_dense()
+    x = x.to(torch.float32)
+    x = x / x.sum(dim=1, keepdim=True).clamp(min=1e-12)
+    data.x = x.to_sparse_csr()
+    return data
+
+
+_row_normalise_to_csr.__name__ = "simcalib_row_normalise_to_csr"
+
+
+def _read_checksums(mirror: Path) -> dict[str, str]:
+    """``SHA256SUMS`` of the mirror or of its parent, keyed by path relative to the mirror."""
+    for candidate in (mirror / "SHA256SUMS", mirror.parent / "SHA256SUMS"):
+        if candidate.is_file():
+            prefix = "" if candidate.parent == mirror else mirror.name + "/"
+            sums = {}
+            for line in candidate.read_text().splitlines():
+                parts = line.split(None, 1)
+                if len(parts) == 2:
+                    path = parts[1].lstrip("*").strip()
+                    if path.startswith(prefix):
+                        sums[path[len(prefix):]] = parts[0]
+            return sums
+    return {}
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _stage_from_mirror(spec: DatasetSpec, raw_dir: Path, mirror: Path) -> bool:
+    """Copy the raw files of ``spec`` from ``mirror`` into ``raw_dir``; True if the mirror has them all."""
+    src_dir = mirror / spec.raw_subdir
+    if not all((src_dir / f).is_file() for f in spec.raw_files):
+        return False
+    sums = _read_checksums(mirror)
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    for fname in spec.raw_files:
+        src = src_dir / fname
+        expected = sums.get(f"{spec.raw_subdir}/{fname}")
+        if expected is not None and sha256(src) != expected:
+            raise DataCorruptError(
+                f"mirror file {src} does not match its checksum in SHA256SUMS: it is truncated or altered. "
+                f"Restore it, or point {MIRROR_ENV} at an intact copy."
+            )
+        tmp = raw_dir / (fname + ".part")
+        shutil.copyfile(src, tmp)
+        tmp.replace(raw_dir / fname)
+    return True
+
+
+def _check_raw_files(spec: DatasetSpec, raw_dir: Path) -> None:
+    """Cheap structural checks of raw files, so corruption is reported by name and not deep in numpy."""
+    for fname in spec.raw_files:
+        path = raw_dir / fname
+        if path.stat().st_size == 0:
+            raise DataCorruptError(f"raw file {path} of {spec.name} is empty; delete it and load again")
+        if fname.endswith(".npz"):
+            try:
+                with np.load(path, allow_pickle=False) as npz:
+                    missing = {"adj_data", "adj_indices", "adj_indptr", "labels"} - set(npz.files)
+                    if missing and "adj_matrix.data" not in npz.files:
+                        raise DataCorruptError(f"raw file {path} of {spec.name} lacks arrays {sorted(missing)}")
+                    for key in npz.files:  # forces decompression: catches truncated members
+                        _ = npz[key]
+            except DataCorruptError:
+                raise
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+                raise DataCorruptError(
+                    f"raw file {path} of {spec.name} is corrupt or truncated ({type(exc).__name__}: {exc}). "
+                    f"Delete {path.parent} and load again from the mirror ({MIRROR_ENV}) or the internet."
+                ) from None
+
+
+def _pyg_dataset(spec: DatasetSpec, root: Path):
+    from torch_geometric import datasets as pyg_datasets
+
+    cls = getattr(pyg_datasets, spec.pyg_class)
+    kwargs = {"pre_transform": _row_normalise_to_csr}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if spec.pyg_name is None:
+            return cls(str(root), **kwargs)
+        return cls(str(root), spec.pyg_name, **kwargs)
+
+
+def _missing_message(spec: DatasetSpec, raw_dir: Path, mirror: Path | None, reason: str) -> str:
+    files = ", ".join(spec.raw_files)
+    where = f"the mirror {mirror} has no {mirror / spec.raw_subdir}" if mirror else f"no mirror is set ({MIRROR_ENV})"
+    return (
+        f"dataset {spec.name} is not available: its raw files ({files}) are not in {raw_dir}, {where}, "
+        f"and {reason}. Provide them by copying the files into {raw_dir}, or set {MIRROR_ENV} (or --data-mirror) "
+        f"to a folder laid out as <mirror>/{spec.raw_subdir}/, or run on a machine with internet access."
+    )
+
+
+def load_dataset(
+    name: str,
+    root: str | os.PathLike | None = None,
+    mirror: str | os.PathLike | None = None,
+    download: bool | None = None,
+) -> GraphData:
+    """Load one of the eight benchmark graphs (see module docstring for the order of sources)."""
+    spec = get_spec(name)
+    root = data_root(root)
+    mirror = mirror_dir(mirror)
+    if download is None:
+        download = os.environ.get(OFFLINE_ENV, "").lower() not in ("1", "true", "yes")
+    raw_dir = root / spec.raw_subdir
+    processed_dir = raw_dir.parent / "processed"
+    have_processed = processed_dir.is_dir() and any(processed_dir.glob("data*.pt"))
+    have_raw = all((raw_dir / f).is_file() for f in spec.raw_files)
+    source = "root"
+    if not have_processed and not have_raw:
+        if mirror is not None and _stage_from_mirror(spec, raw_dir, mirror):
+            have_raw, source = True, f"mirror {mirror}"
+        elif not download:
+            raise DataMissingError(_missing_message(spec, raw_dir, mirror, "downloads are disabled"))
+        else:
+            source = "download"
+    if have_raw and not have_processed:
+        _check_raw_files(spec, raw_dir)
+    try:
+        dataset = _pyg_dataset(spec, root)
+    except (DataCorruptError, TypeError, AttributeError, ImportError, NameError):
+        raise  # our own errors and programming errors keep their traceback
+    except Exception as exc:  # torch_geometric raises many types; translate into one clear message
+        if source == "download" and not have_raw:
+            raise DataMissingError(
+                _missing_message(spec, raw_dir, mirror, f"the download failed ({type(exc).__name__}: {exc})")
+            ) from None
+        raise DataCorruptError(
+            f"could not process {spec.name} from {raw_dir} ({type(exc).__name__}: {exc}); the raw or processed "
+            f"files are corrupt. Delete {raw_dir.parent} and load again."
+        ) from None
+    data = dataset[0]
+    x = data.x if data.x.layout == torch.sparse_csr else data.x.to_sparse_csr()
+    graph = GraphData(spec.name, x, data.edge_index, data.y.view(-1).long(), int(data.y.max()) + 1, source)
+    if graph.num_nodes != spec.num_nodes:
+        raise DataCorruptError(
+            f"{spec.name} loaded with {graph.num_nodes} nodes, expected {spec.num_nodes}: the files in "
+            f"{raw_dir.parent} belong to another graph. Delete that folder and load again."
+        )
+    return graph

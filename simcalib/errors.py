@@ -1,0 +1,52 @@
+"""User-facing errors.
+
+Every error a user can cause (a bad name, missing or corrupt data, a malformed study file, a diverging fit)
+is a :class:`SimCalibError` whose message names the problem and the fix. The CLI prints these without a
+traceback and exits non-zero; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class SimCalibError(Exception):
+    """Base class of errors caused by input, data or configuration (not by a bug)."""
+
+
+class UnknownNameError(SimCalibError, KeyError):
+    """A dataset, backbone, calibrator or metric name that is not registered."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class DataMissingError(SimCalibError):
+    """A dataset is in neither the data root nor the mirror and could not be downloaded."""
+
+
+class DataCorruptError(SimCalibError):
+    """A raw or processed data file exists but cannot be read or has the wrong content."""
+
+
+class TrainingDivergedError(SimCalibError):
+    """Training produced NaN or infinite values."""
+
+
+class ConfigError(SimCalibError):
+    """A configuration value (option, study file entry) is invalid."""
+
+
+def resolve_name(name: str, valid: Iterable[str], kind: str) -> str:
+    """Return the canonical spelling of ``name`` among ``valid``, matched case-insensitively.
+
+    Raises :class:`UnknownNameError` listing every valid name.
+    """
+    valid = list(valid)
+    by_lower = {v.lower(): v for v in valid}
+    key = str(name).strip().lower()
+    if key in by_lower:
+        return by_lower[key]
+    raise UnknownNameError(
+        f"unknown {kind} {name!r}; valid {kind}s are: {', '.join(valid)}"
+    )

@@ -1,0 +1,201 @@
+"""Calibration metrics (PROTOCOL section 6).
+
+All functions take probabilities ``probs`` [N, K] and integer labels [N] (numpy or torch) of the nodes to
+evaluate (the test nodes in the benchmark) and compute in float64. ECE-type metrics are returned as
+fractions by the single functions and in percent by :func:`compute_metrics`, which is what the results
+tables hold.
+
+ECE (Guo et al. 2017; the paper's Eq. for ECE, GATS's binning):
+
+    ECE = sum_m |B_m| / N * |acc(B_m) - conf(B_m)|,   B_m = {i : (m-1)/M < c_i <= m/M},  M = 15,
+
+with c_i the top-1 confidence; a confidence of exactly 1 lies in the last bin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+N_BINS = 15
+METRIC_NAMES = ("ece", "ace", "mce", "classwise_ece", "kde_ece", "nll", "brier", "accuracy")
+PERCENT_METRICS = ("ece", "ace", "mce", "classwise_ece", "kde_ece", "accuracy")
+
+
+def _as_numpy(probs, labels) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(probs, torch.Tensor):
+        probs = probs.detach().cpu().numpy()
+    if isinstance(labels, torch.Tensor):
+        labels = labels.detach().cpu().numpy()
+    probs = np.asarray(probs, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.int64)
+    if probs.ndim != 2 or labels.shape != (probs.shape[0],):
+        raise ValueError(f"expected probs [N, K] and labels [N], got {probs.shape} and {labels.shape}")
+    return probs, labels
+
+
+def bin_index(confidence: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
+    """Equal-width bin of each confidence: bin m-1 holds (m-1)/M < c <= m/M; c = 1 is in the last bin."""
+    return np.clip(np.ceil(confidence * n_bins).astype(np.int64) - 1, 0, n_bins - 1)
+
+
+@dataclass(frozen=True)
+class ReliabilityBins:
+    """Per-bin data of a reliability diagram (equal-width bins over top-1 confidence)."""
+
+    edges: np.ndarray  # [M + 1]
+    accuracy: np.ndarray  # [M], NaN for empty bins
+    confidence: np.ndarray  # [M], NaN for empty bins
+    count: np.ndarray  # [M]
+
+
+def reliability_bins(probs, labels, n_bins: int = N_BINS) -> ReliabilityBins:
+    probs, labels = _as_numpy(probs, labels)
+    conf = probs.max(1)
+    correct = (probs.argmax(1) == labels).astype(np.float64)
+    idx = bin_index(conf, n_bins)
+    count = np.bincount(idx, minlength=n_bins).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = np.bincount(idx, weights=correct, minlength=n_bins) / count
+        mean_conf = np.bincount(idx, weights=conf, minlength=n_bins) / count
+    return ReliabilityBins(np.linspace(0, 1, n_bins + 1), acc, mean_conf, count.astype(np.int64))
+
+
+def _binned_gaps(conf: np.ndarray, correct: np.ndarray, idx: np.ndarray, n_bins: int):
+    count = np.bincount(idx, minlength=n_bins).astype(np.float64)
+    acc_sum = np.bincount(idx, weights=correct, minlength=n_bins)
+    conf_sum = np.bincount(idx, weights=conf, minlength=n_bins)
+    nonempty = count > 0
+    gaps = np.abs(acc_sum[nonempty] - conf_sum[nonempty]) / count[nonempty]
+    return gaps, count[nonempty]
+
+
+def ece(probs, labels, n_bins: int = N_BINS) -> float:
+    """Expected calibration error with equal-width bins (fraction, not percent)."""
+    probs, labels = _as_numpy(probs, labels)
+    conf = probs.max(1)
+    correct = (probs.argmax(1) == labels).astype(np.float64)
+    gaps, count = _binned_gaps(conf, correct, bin_index(conf, n_bins), n_bins)
+    return float((gaps * count).sum() / len(labels))
+
+
+def mce(probs, labels, n_bins: int = N_BINS) -> float:
+    """Maximum calibration error: the largest |acc - conf| over non-empty equal-width bins."""
+    probs, labels = _as_numpy(probs, labels)
+    conf = probs.max(1)
+    correct = (probs.argmax(1) == labels).astype(np.float64)
+    gaps, _ = _binned_gaps(conf, correct, bin_index(conf, n_bins), n_bins)
+    return float(gaps.max()) if len(gaps) else 0.0
+
+
+def ace(probs, labels, n_bins: int = N_BINS) -> float:
+    """Adaptive ECE: ``n_bins`` equal-mass bins over the sorted top-1 confidences."""
+    probs, labels = _as_numpy(probs, labels)
+    conf = probs.max(1)
+    correct = (probs.argmax(1) == labels).astype(np.float64)
+    order = np.argsort(conf, kind="stable")
+    idx = np.empty(len(conf), dtype=np.int64)
+    for b, members in enumerate(np.array_split(order, n_bins)):
+        idx[members] = b
+    gaps, count = _binned_gaps(conf, correct, idx, n_bins)
+    return float((gaps * count).sum() / len(labels))
+
+
+def classwise_ece(probs, labels, n_bins: int = N_BINS) -> float:
+    """Classwise ECE: for each class k, equal-width bins over p_k against the frequency of y = k; mean over k."""
+    probs, labels = _as_numpy(probs, labels)
+    n, k = probs.shape
+    total = 0.0
+    for c in range(k):
+        p = probs[:, c]
+        hit = (labels == c).astype(np.float64)
+        idx = np.clip(np.ceil(p * n_bins).astype(np.int64) - 1, 0, n_bins - 1)
+        gaps, count = _binned_gaps(p, hit, idx, n_bins)
+        total += (gaps * count).sum() / n
+    return float(total / k)
+
+
+def kde_ece(probs, labels, grid_size: int = 2048) -> float:
+    """Top-label KDE-ECE (Zhang et al. 2020, "Mix-n-Match"), a binning-free estimate of ECE.
+
+    Densities of the top-1 confidence over all nodes and over the correctly classified ones are estimated
+    with a triweight kernel, reflected at 0 and 1 to remove boundary bias, bandwidth
+    ``1.06 * std(c) * N^(-1/5)`` (at least 1e-3), evaluated on a grid of ``grid_size`` points by linear
+    binning and convolution. With ``acc(c) = pi * f_correct(c) / f(c)``:
+
+        KDE-ECE = integral |c - acc(c)| f(c) dc.
+    """
+    probs, labels = _as_numpy(probs, labels)
+    conf = probs.max(1)
+    correct = probs.argmax(1) == labels
+    n = len(conf)
+    if n < 2:
+        return ece(probs, labels)
+    bandwidth = max(1.06 * conf.std() * n ** (-0.2), 1e-3)
+    step = 1.0 / (grid_size - 1)
+    grid = np.linspace(0.0, 1.0, grid_size)
+    # Extended grid over [-1, 2] holds the reflected samples; densities are read back on [0, 1].
+    ext = np.arange(-(grid_size - 1), 2 * (grid_size - 1) + 1) * step
+    offsets = np.arange(-int(np.ceil(bandwidth / step)), int(np.ceil(bandwidth / step)) + 1) * step
+    u = offsets / bandwidth
+    kernel = np.where(np.abs(u) <= 1, (35.0 / 32.0) * (1 - u**2) ** 3, 0.0)
+
+    def density(samples: np.ndarray) -> np.ndarray:
+        """Triweight KDE on the grid: linear binning of the samples, then a convolution (O(grid))."""
+        if len(samples) == 0:
+            return np.zeros_like(grid)
+        mirrored = np.concatenate([samples, -samples, 2.0 - samples])
+        pos = (mirrored - ext[0]) / step
+        left = np.clip(np.floor(pos).astype(np.int64), 0, len(ext) - 2)
+        frac = pos - left
+        counts = np.bincount(left, weights=1 - frac, minlength=len(ext)) + np.bincount(left + 1, weights=frac, minlength=len(ext))
+        smoothed = np.convolve(counts, kernel, mode="same")
+        return smoothed[grid_size - 1: 2 * grid_size - 1] / (len(samples) * bandwidth)
+
+    f_all = density(conf)
+    f_correct = density(conf[correct])
+    pi = correct.mean()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = np.where(f_all > 1e-12, pi * f_correct / f_all, 0.0)
+    integrand = np.abs(grid - acc) * f_all
+    area = np.trapezoid(f_all, grid)
+    return float(np.trapezoid(integrand, grid) / area) if area > 0 else 0.0
+
+
+def nll(probs, labels, eps: float = 1e-12) -> float:
+    """Mean negative log-likelihood of the true labels."""
+    probs, labels = _as_numpy(probs, labels)
+    return float(-np.log(np.clip(probs[np.arange(len(labels)), labels], eps, None)).mean())
+
+
+def brier(probs, labels) -> float:
+    """Brier score: mean over nodes of sum_k (p_k - 1[y = k])^2."""
+    probs, labels = _as_numpy(probs, labels)
+    onehot = np.zeros_like(probs)
+    onehot[np.arange(len(labels)), labels] = 1.0
+    return float(((probs - onehot) ** 2).sum(1).mean())
+
+
+def accuracy(probs, labels) -> float:
+    probs, labels = _as_numpy(probs, labels)
+    return float((probs.argmax(1) == labels).mean())
+
+
+def compute_metrics(probs, labels, n_bins: int = N_BINS) -> dict[str, float]:
+    """Every metric of the results table; ECE-type metrics and accuracy in percent."""
+    probs, labels = _as_numpy(probs, labels)
+    if not np.isfinite(probs).all():
+        raise ValueError("probabilities contain NaN or infinite values")
+    values = {
+        "ece": ece(probs, labels, n_bins),
+        "ace": ace(probs, labels, n_bins),
+        "mce": mce(probs, labels, n_bins),
+        "classwise_ece": classwise_ece(probs, labels, n_bins),
+        "kde_ece": kde_ece(probs, labels),
+        "nll": nll(probs, labels),
+        "brier": brier(probs, labels),
+        "accuracy": accuracy(probs, labels),
+    }
+    return {k: (100.0 * v if k in PERCENT_METRICS else v) for k, v in values.items()}

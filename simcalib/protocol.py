@@ -1,0 +1,262 @@
+"""The 75-run protocol of one benchmark, as small functions with explicit inputs.
+
+A *run* is (dataset, backbone, split, init, fold): it trains a fresh backbone (cached on disk) and fits
+every calibrator on it. :func:`train_run_backbone` and :func:`evaluate_calibrator` are the units that
+orchestration (``flows/``) fans out; :func:`run_benchmark` chains them for the CLI, appending each run's
+rows to ``results.csv`` as soon as they exist, so an interrupted benchmark keeps what it computed and a
+restart skips it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from simcalib.backbones import BackboneCache, BackboneConfig, BackboneOutput, backbone_name, cache_key, train_backbone
+from simcalib.calibrators import CalibrationGraph, build_calibrator, canonical_calibrator
+from simcalib.data import GraphData, get_spec, load_dataset
+from simcalib.errors import ConfigError, TrainingDivergedError
+from simcalib.metrics import METRIC_NAMES, compute_metrics
+from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
+from simcalib.splits import Split, default_splits_dir, get_split
+
+KEY_COLUMNS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
+RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *METRIC_NAMES, "fit_seconds", "label_rate"]
+
+
+@dataclass(frozen=True)
+class ProtocolSettings:
+    """Everything besides the run's identity that determines its numbers (or where data lives)."""
+
+    study_seed: int = STUDY_SEED
+    fold_rate: float = 0.05  # fraction of each class per labelled fold
+    n_folds: int = 3
+    test_rate: float = 0.85
+    data_root: str | None = None
+    mirror: str | None = None
+    splits_dir: str | None = None  # fixed split files; None: $SIMCALIB_SPLITS_DIR, else generated
+    cache_dir: str | None = None
+    device: str = "auto"
+    backbone_overrides: tuple[tuple[str, object], ...] = ()  # e.g. (("max_epochs", 200),)
+
+    @property
+    def label_rate(self) -> float:
+        return self.fold_rate * self.n_folds
+
+    def resolved_splits_dir(self) -> Path | None:
+        return Path(self.splits_dir) if self.splits_dir else default_splits_dir()
+
+
+@dataclass(frozen=True)
+class Run:
+    dataset: str
+    backbone: str
+    split: int
+    init: int
+    fold: int
+
+    def seed(self, settings: ProtocolSettings) -> int:
+        return run_seed(settings.study_seed, self.dataset, self.backbone, self.split, self.init, self.fold)
+
+    def tag(self) -> str:
+        return f"{self.dataset}_{self.backbone}_s{self.split}_i{self.init}_f{self.fold}"
+
+
+def make_runs(dataset: str, backbone: str, splits: Iterable[int] = range(5), inits: Iterable[int] = range(5),
+              folds: Iterable[int] = range(3)) -> list[Run]:
+    dataset, backbone = get_spec(dataset).name, backbone_name(backbone)
+    return [Run(dataset, backbone, s, i, f) for s in splits for i in inits for f in folds]
+
+
+@functools.lru_cache(maxsize=4)
+def _load_graph(dataset: str, data_root: str | None, mirror: str | None) -> GraphData:
+    return load_dataset(dataset, root=data_root, mirror=mirror)
+
+
+def load_graph(dataset: str, settings: ProtocolSettings) -> GraphData:
+    return _load_graph(get_spec(dataset).name, settings.data_root, settings.mirror)
+
+
+def run_split(run: Run, settings: ProtocolSettings, graph: GraphData | None = None) -> Split:
+    graph = graph or load_graph(run.dataset, settings)
+    return get_split(run.dataset, graph.y.numpy(), run.split, settings.study_seed, settings.resolved_splits_dir(),
+                     settings.fold_rate, settings.n_folds, settings.test_rate)
+
+
+def backbone_config(run: Run, settings: ProtocolSettings) -> BackboneConfig:
+    spec = get_spec(run.dataset)
+    options = {"weight_decay": spec.backbone_weight_decay, **dict(settings.backbone_overrides)}
+    try:
+        return BackboneConfig(run.backbone, **options)
+    except TypeError as exc:
+        raise ConfigError(f"invalid backbone option: {exc}") from None
+
+
+def train_run_backbone(run: Run, settings: ProtocolSettings) -> BackboneOutput:
+    """The frozen backbone of ``run``: from the on-disk cache, or trained now and cached."""
+    graph = load_graph(run.dataset, settings)
+    train_idx, cal_idx, _ = run_split(run, settings, graph).fold_indices(run.fold)
+    config = backbone_config(run, settings)
+    seed = run.seed(settings)
+    cache = BackboneCache(settings.cache_dir)
+    key = cache_key(run.dataset, config, run.split, run.init, run.fold, seed, train_idx, cal_idx)
+    output = cache.load(run.dataset, run.backbone, key)
+    if output is None:
+        output = train_backbone(graph, torch.from_numpy(train_idx), torch.from_numpy(cal_idx), config, seed,
+                                settings.device)
+        cache.save(run.dataset, run.backbone, key, output)
+    return output
+
+
+def calibration_graph(run: Run, settings: ProtocolSettings, output: BackboneOutput) -> tuple[CalibrationGraph, np.ndarray]:
+    """The calibrator's view of ``run`` (test labels hidden) and the test node indices."""
+    graph = load_graph(run.dataset, settings)
+    train_idx, cal_idx, test_idx = run_split(run, settings, graph).fold_indices(run.fold)
+    cg = CalibrationGraph.from_run(output.logits, output.hidden, graph.edge_index, graph.y,
+                                   torch.from_numpy(train_idx), torch.from_numpy(cal_idx))
+    return cg, test_idx
+
+
+def evaluate_calibrator(
+    run: Run,
+    settings: ProtocolSettings,
+    calibrator: str,
+    options: dict | None = None,
+    output: BackboneOutput | None = None,
+    predictions_dir: str | os.PathLike | None = None,
+) -> dict:
+    """Fit ``calibrator`` on ``run``'s backbone and return its results row (test-node metrics)."""
+    name = canonical_calibrator(calibrator)
+    output = output if output is not None else train_run_backbone(run, settings)
+    cg, test_idx = calibration_graph(run, settings, output)
+    device = torch.device("cuda" if settings.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if settings.device == "auto" else settings.device))
+    cg = cg.to(device)
+    seed = derive_seed(run.seed(settings), name)
+    seed_everything(seed)
+    model = build_calibrator(name, cg.num_classes, run.dataset, run.backbone, **(options or {}))
+    start = time.perf_counter()
+    try:
+        model.fit(cg)
+    except TrainingDivergedError as exc:
+        raise TrainingDivergedError(f"{run.tag()}: {exc}") from None
+    fit_seconds = time.perf_counter() - start
+    probs = model.predict_proba(cg).cpu()
+    y_test = load_graph(run.dataset, settings).y[test_idx]
+    metrics = compute_metrics(probs[test_idx], y_test)
+    if predictions_dir is not None:
+        save_predictions(Path(predictions_dir), run, name, probs[test_idx].numpy(), y_test.numpy(), test_idx)
+    return {
+        "dataset": run.dataset, "backbone": run.backbone, "calibrator": name,
+        "split": run.split, "init": run.init, "fold": run.fold, "seed": run.seed(settings),
+        **metrics, "fit_seconds": fit_seconds, "label_rate": settings.label_rate,
+    }
+
+
+def save_predictions(folder: Path, run: Run, calibrator: str, probs: np.ndarray, labels: np.ndarray,
+                     test_idx: np.ndarray) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{run.tag()}_{calibrator}.npz"
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(tmp, probs=probs.astype(np.float32), labels=labels.astype(np.int64),
+                        test_idx=test_idx.astype(np.int64))
+    tmp.replace(path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Results files
+
+
+def read_results(path: str | os.PathLike) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return pd.DataFrame(columns=RESULT_COLUMNS)
+    return pd.read_csv(path)
+
+
+def append_rows(path: Path, rows: Sequence[dict]) -> None:
+    """Append rows to a results CSV (header on first write), flushed so a crash keeps them."""
+    if not rows:
+        return
+    frame = pd.DataFrame(rows)
+    frame = frame[[c for c in RESULT_COLUMNS if c in frame.columns] + [c for c in frame.columns if c not in RESULT_COLUMNS]]
+    new = not path.is_file() or path.stat().st_size == 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", newline="") as fh:
+        frame.to_csv(fh, header=new, index=False, float_format="%.10g")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def summarize(results: pd.DataFrame, metrics: Sequence[str] = METRIC_NAMES) -> pd.DataFrame:
+    """Mean and population std (ddof=0, as the GATS code) of every metric per benchmark and calibrator."""
+    groups = results.groupby(["dataset", "backbone", "calibrator"], sort=False)
+    summary = groups[list(metrics)].agg(["mean", lambda s: float(np.std(s, ddof=0))])
+    summary.columns = [f"{m}_{'mean' if stat == 'mean' else 'std'}" for m, stat in summary.columns]
+    summary.insert(0, "runs", groups.size())
+    return summary.reset_index()
+
+
+@dataclass
+class BenchmarkRequest:
+    dataset: str
+    backbone: str
+    calibrators: list[str]
+    splits: list[int] = field(default_factory=lambda: list(range(5)))
+    inits: list[int] = field(default_factory=lambda: list(range(5)))
+    folds: list[int] = field(default_factory=lambda: list(range(3)))
+    calibrator_options: dict[str, dict] = field(default_factory=dict)
+
+
+def run_benchmark(
+    request: BenchmarkRequest,
+    settings: ProtocolSettings,
+    out_dir: str | os.PathLike,
+    save_predictions: bool = False,
+    progress: Callable[[Iterable], Iterable] | None = None,
+) -> pd.DataFrame:
+    """Run (or resume) the protocol; rows go to ``out_dir/results.csv`` as each run finishes."""
+    calibrators = [canonical_calibrator(c) for c in request.calibrators]
+    if not calibrators:
+        raise ConfigError("no calibrators given; choose from the registered names (see `simcalib benchmark --help`)")
+    for name, value in (("splits", request.splits), ("inits", request.inits), ("folds", request.folds)):
+        if not value:
+            raise ConfigError(f"no {name} selected")
+    if any(f < 0 or f >= settings.n_folds for f in request.folds):
+        raise ConfigError(f"folds must be within 0..{settings.n_folds - 1}")
+    out_dir = Path(out_dir)
+    results_path = out_dir / "results.csv"
+    existing = read_results(results_path)
+    done = {tuple(r) for r in existing[[*KEY_COLUMNS, "seed"]].astype(str).itertuples(index=False)}
+    runs = make_runs(request.dataset, request.backbone, request.splits, request.inits, request.folds)
+    load_graph(runs[0].dataset, settings)  # fail fast on missing data, before any progress bar
+    predictions_dir = out_dir / "predictions" if save_predictions else None
+    iterator = progress(runs) if progress else runs
+    for run in iterator:
+        todo = [c for c in calibrators
+                if tuple(map(str, (run.dataset, run.backbone, c, run.split, run.init, run.fold, run.seed(settings)))) not in done]
+        if not todo:
+            continue
+        output = train_run_backbone(run, settings)
+        rows = [evaluate_calibrator(run, settings, c, request.calibrator_options.get(c), output, predictions_dir)
+                for c in todo]
+        append_rows(results_path, rows)
+    results = read_results(results_path)
+    wanted = results["calibrator"].isin(calibrators) & (results["dataset"] == runs[0].dataset) & (results["backbone"] == runs[0].backbone)
+    return results[wanted].reset_index(drop=True)
+
+
+__all__ = [
+    "KEY_COLUMNS", "RESULT_COLUMNS", "BenchmarkRequest", "ProtocolSettings", "Run", "append_rows", "calibration_graph",
+    "evaluate_calibrator", "load_graph", "make_runs", "read_results", "run_benchmark", "run_split", "summarize",
+    "train_run_backbone",
+]

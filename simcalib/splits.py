@@ -1,0 +1,164 @@
+"""Node splits of the GATS protocol (PROTOCOL section 2).
+
+The labelled set L is drawn per class: ``int(fold_rate * n_folds * n_c)`` nodes of class ``c`` are sampled,
+the per-class samples are concatenated in class order and dealt round-robin into ``n_folds`` folds
+(``fold k = samples[k::n_folds]``). The test set takes ``int(test_rate * r_c)`` of the ``r_c`` remaining nodes
+of each class, so a few nodes belong to no set. For split ``s`` and fold ``f``, the calibration
+(= backbone validation) set is fold ``f`` and the training set is the other folds.
+
+The paper reuses GATS's fixed split files (``gats_5_3f_85``: 5% per fold, 3 folds, 85% test); those are
+loaded when available so runs use the exact published splits, otherwise splits are generated from a seed.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simcalib.errors import ConfigError, DataCorruptError
+from simcalib.seeding import derive_seed
+
+SPLITS_ENV = "SIMCALIB_SPLITS_DIR"
+
+
+@dataclass(frozen=True)
+class Split:
+    """One draw of the labelled folds and the test set (int64 node indices)."""
+
+    folds: tuple[np.ndarray, ...]
+    test: np.ndarray
+    source: str = "generated"
+
+    @property
+    def n_folds(self) -> int:
+        return len(self.folds)
+
+    def labelled(self) -> np.ndarray:
+        return np.concatenate(self.folds)
+
+    def fold_indices(self, fold: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(train, calibration, test) indices when ``fold`` is the calibration fold."""
+        if not 0 <= fold < self.n_folds:
+            raise ConfigError(f"fold {fold} out of range: this split has {self.n_folds} folds (0..{self.n_folds - 1})")
+        train = np.concatenate([f for i, f in enumerate(self.folds) if i != fold])
+        return np.sort(train), np.sort(self.folds[fold]), np.sort(self.test)
+
+
+def generate_split(
+    labels: np.ndarray,
+    seed: int,
+    fold_rate: float = 0.05,
+    n_folds: int = 3,
+    test_rate: float = 0.85,
+) -> Split:
+    """Draw one split by the GATS rule, deterministically from ``seed``."""
+    labels = np.asarray(labels)
+    if not 0 < fold_rate * n_folds < 1 or not 0 < test_rate <= 1:
+        raise ConfigError(
+            f"invalid label rates: fold_rate * n_folds = {fold_rate * n_folds:.3f} must be in (0, 1) "
+            f"and test_rate = {test_rate} in (0, 1]"
+        )
+    rng = np.random.default_rng(seed)
+    classes = np.unique(labels)
+    per_fold_total = fold_rate * n_folds  # same float product as the reference generator
+    labelled = []
+    for c in classes:
+        members = np.flatnonzero(labels == c)
+        labelled.append(rng.choice(members, int(per_fold_total * len(members)), replace=False))
+    labelled = np.concatenate(labelled)
+    folds = tuple(np.asarray(labelled[k::n_folds], dtype=np.int64) for k in range(n_folds))
+    taken = np.zeros(len(labels), dtype=bool)
+    taken[labelled] = True
+    test = []
+    for c in classes:
+        remaining = np.flatnonzero((labels == c) & ~taken)
+        test.append(rng.choice(remaining, int(test_rate * len(remaining)), replace=False))
+    return Split(folds=folds, test=np.concatenate(test).astype(np.int64), source=f"generated(seed={seed})")
+
+
+def split_seed(study_seed: int, dataset: str, split: int, fold_rate: float, n_folds: int) -> int:
+    return derive_seed("split", study_seed, dataset, split, fold_rate, n_folds)
+
+
+def protocol_name(fold_rate: float, n_folds: int, test_rate: float) -> str:
+    """Folder name of a split protocol, as the GATS files use: ``5_3f_85``."""
+    return f"{round(fold_rate * 100):g}_{n_folds}f_{round(test_rate * 100):g}"
+
+
+def default_splits_dir() -> Path | None:
+    """The fixed-splits folder: ``$SIMCALIB_SPLITS_DIR`` if set, else None."""
+    value = os.environ.get(SPLITS_ENV)
+    return Path(value) if value else None
+
+
+def find_split_file(splits_dir: Path | None, dataset: str, split: int, protocol: str) -> Path | None:
+    """The fixed split file for (dataset, split, protocol), if ``splits_dir`` holds one.
+
+    ``splits_dir`` is either a protocol folder (``.../gats_5_3f_85`` with ``<Dataset>/split_<s>.npz``
+    inside) or its parent. A folder whose name does not say its protocol is taken to hold the paper's
+    ``5_3f_85`` splits. Dataset folders are matched case-insensitively (``Citeseer`` vs ``CiteSeer``).
+    """
+    if splits_dir is None:
+        return None
+    splits_dir = Path(splits_dir)
+    if (splits_dir / f"gats_{protocol}").is_dir():
+        splits_dir = splits_dir / f"gats_{protocol}"
+    elif splits_dir.name.startswith("gats_"):
+        if splits_dir.name != f"gats_{protocol}":
+            return None
+    elif protocol != "5_3f_85":
+        return None
+    if not splits_dir.is_dir():
+        return None
+    for folder in splits_dir.iterdir():
+        if folder.is_dir() and folder.name.lower() == dataset.lower():
+            path = folder / f"split_{split}.npz"
+            return path if path.is_file() else None
+    return None
+
+
+def load_split_file(path: Path, num_nodes: int) -> Split:
+    """Load a fixed split (keys ``fold0``.. ``foldK`` and ``test``), validating it against the graph."""
+    try:
+        with np.load(path) as npz:
+            keys = sorted(k for k in npz.files if k.startswith("fold"))
+            folds = tuple(np.asarray(npz[k], dtype=np.int64) for k in keys)
+            test = np.asarray(npz["test"], dtype=np.int64)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
+        raise DataCorruptError(
+            f"split file {path} is unreadable or lacks keys fold0..foldK/test ({exc}); "
+            f"restore it or unset {SPLITS_ENV} to generate splits instead"
+        ) from None
+    if not folds:
+        raise DataCorruptError(f"split file {path} has no fold arrays")
+    everything = np.concatenate([*folds, test])
+    if everything.min(initial=0) < 0 or everything.max(initial=0) >= num_nodes:
+        raise DataCorruptError(
+            f"split file {path} indexes nodes outside 0..{num_nodes - 1}: it belongs to another graph"
+        )
+    if len(np.unique(everything)) != len(everything):
+        raise DataCorruptError(f"split file {path} has overlapping folds/test indices")
+    return Split(folds=folds, test=test, source=str(path))
+
+
+def get_split(
+    dataset: str,
+    labels: np.ndarray,
+    split: int,
+    study_seed: int,
+    splits_dir: Path | None = None,
+    fold_rate: float = 0.05,
+    n_folds: int = 3,
+    test_rate: float = 0.85,
+) -> Split:
+    """The fixed split file when one exists for this protocol, else a generated one."""
+    protocol = protocol_name(fold_rate, n_folds, test_rate)
+    path = find_split_file(splits_dir, dataset, split, protocol)
+    if path is not None:
+        return load_split_file(path, len(labels))
+    seed = split_seed(study_seed, dataset, split, fold_rate, n_folds)
+    return generate_split(labels, seed, fold_rate, n_folds, test_rate)
