@@ -1,0 +1,12 @@
+"""Sub-commands of the ``simcalib`` CLI, one module per command group.
+
+Each module defines ``register(subparsers)``, which adds its parsers and sets ``func`` (taking the parsed
+arguments, returning an exit code). Modules that need orchestration code (``flows/``) import it inside
+their command functions, so importing the library never imports Prefect, MLflow or Optuna.
+"""
+
+COMMAND_MODULES = [
+    "simcalib.commands.benchmark",
+    "simcalib.commands.data",
+    # Later command groups register here: study (flows), tune (flows), report, ui.
+]

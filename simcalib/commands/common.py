@@ -1,0 +1,25 @@
+"""Argument helpers shared by several sub-commands."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def csv_list(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def count_or_list(value: str) -> list[int]:
+    """``5`` means 0..4; ``0,2`` (or ``=3``) means exactly those indices."""
+    try:
+        if "," in value or value.startswith("="):
+            return [int(v) for v in value.lstrip("=").split(",") if v.strip()]
+        return list(range(int(value)))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a count (e.g. 5) or a comma list of indices (e.g. 0,2), got {value!r}") from None
+
+
+def add_data_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-root", help="torch_geometric data root (default: $SIMCALIB_DATA_ROOT or ./data)")
+    parser.add_argument("--data-mirror", help="offline mirror in torch_geometric's raw layout (default: $SIMCALIB_DATA_MIRROR)")
