@@ -22,6 +22,8 @@ import torch_geometric
 from simcalib.backbones.training import BackboneConfig, BackboneOutput
 
 CACHE_ENV = "SIMCALIB_CACHE_DIR"
+# Bump when the backbone code changes what a trained backbone computes: old entries then stop matching.
+BACKBONE_CODE_VERSION = 1
 
 
 def default_cache_dir() -> Path:
@@ -41,6 +43,7 @@ def cache_key(
         "seed": seed,
         "train": hashlib.sha256(np.asarray(train_idx, dtype=np.int64).tobytes()).hexdigest(),
         "val": hashlib.sha256(np.asarray(val_idx, dtype=np.int64).tobytes()).hexdigest(),
+        "code": BACKBONE_CODE_VERSION,
         "torch": torch.__version__,
         "pyg": torch_geometric.__version__,
     }
