@@ -1,0 +1,73 @@
+"""Single-panel calibration plots on a matplotlib Axes (no pyplot state, so they work headless).
+
+``reliability_diagram`` draws, for the 15 equal-width confidence bins of :func:`simcalib.metrics.reliability_bins`,
+the accuracy of each bin as a bar, the gap to its mean confidence as a hatched bar, and the diagonal of
+perfect calibration (accuracy = confidence). ``confidence_histogram`` draws the density of top-1 confidence
+for one or several prediction sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from simcalib.metrics import N_BINS, ece, reliability_bins
+
+
+def _new_axes(figsize: tuple[float, float] = (4.0, 4.0)) -> Axes:
+    return Figure(figsize=figsize, layout="constrained").add_subplot()
+
+
+def reliability_diagram(probs, labels, ax: Axes | None = None, title: str | None = None,
+                        n_bins: int = N_BINS, color: str = "tab:blue") -> Axes:
+    """Reliability diagram of predictions ``probs`` [N, K] with ``labels`` [N]; returns the Axes.
+
+    Bars: accuracy per bin (empty bins are blank); red hatched bars: the gap between accuracy and mean
+    confidence; dashed line: perfect calibration. The legend gives the ECE (%) of the predictions.
+    """
+    ax = ax if ax is not None else _new_axes()
+    bins = reliability_bins(probs, labels, n_bins)
+    width = 1.0 / n_bins
+    centers = bins.edges[:-1] + width / 2
+    filled = bins.count > 0
+    accuracy = np.where(filled, bins.accuracy, 0.0)
+    confidence = np.where(filled, bins.confidence, 0.0)
+    ax.bar(centers, accuracy, width=width, color=color, edgecolor="black", linewidth=0.5, label="accuracy")
+    ax.bar(centers[filled], (confidence - accuracy)[filled], bottom=accuracy[filled], width=width,
+           color="tab:red", alpha=0.3, edgecolor="tab:red", hatch="//", linewidth=0.5, label="gap to confidence")
+    ax.plot([0, 1], [0, 1], linestyle="--", color="gray", linewidth=1, label="perfect calibration")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("accuracy")
+    ax.set_aspect("equal")
+    ax.plot([], [], " ", label=f"ECE = {100 * ece(probs, labels, n_bins):.2f}%")
+    ax.legend(loc="upper left", fontsize="x-small", frameon=False)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def confidence_histogram(confidences: Mapping[str, np.ndarray], ax: Axes | None = None,
+                         title: str | None = None, n_bins: int = 30) -> Axes:
+    """Density of the top-1 confidence of each named prediction set (e.g. {"UnCal": c1, "SimCalib": c2})."""
+    ax = ax if ax is not None else _new_axes((5.0, 3.5))
+    palette = sns.color_palette("colorblind", n_colors=max(len(confidences), 1))
+    for (name, values), color in zip(confidences.items(), palette):
+        sns.histplot(x=np.asarray(values, dtype=float), bins=n_bins, binrange=(0, 1), stat="density",
+                     element="step", fill=True, alpha=0.3, color=color, label=name, ax=ax)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("top-1 confidence")
+    ax.set_ylabel("density")
+    if confidences:
+        ax.legend(fontsize="small", frameon=False)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+__all__ = ["confidence_histogram", "reliability_diagram"]

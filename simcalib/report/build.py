@@ -1,0 +1,360 @@
+"""The report of one study, step by step: load -> tables -> significance -> figures -> theory -> document.
+
+Each step is a function with explicit inputs so that orchestration (``flows/report.py``) can run them as
+tasks; :func:`build_report` chains them for the CLI. Output layout under ``out_dir``::
+
+    report.md, report.html          the document (HTML with figures inline)
+    tables/<table>.{md,tex,csv}     our tables, and <table>_vs_paper.{md,tex,csv}
+    significance/*.csv              Wilcoxon tests (across benchmarks, per benchmark), Holm-corrected
+    figures/<figure>.{png,pdf}      reliability, confidence, data efficiency, feature similarity, theory
+    theory/theorem1_monte_carlo.csv the Monte-Carlo table
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simcalib.report import figures as figs
+from simcalib.report import stats, theory
+from simcalib.report.paper import PaperTables, load_paper_tables
+from simcalib.report.render import Block, Bullets, Figure, Heading, Paragraph, table_block, write_report
+from simcalib.report.results import StudyResults, load_study_results
+from simcalib.report.tables import (
+    MAIN_METHODS,
+    NOT_RUN,
+    TABLE_SPECS,
+    ComparisonTable,
+    ResultTable,
+    build_comparison,
+    build_result_table,
+    sorted_benchmarks,
+    write_table,
+)
+
+FULL_RUNS = 75  # 5 splits x 5 inits x 3 folds
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Steps
+
+
+def load_inputs(results_dir: str | os.PathLike, paper_dir: str | os.PathLike | None = None
+                ) -> tuple[StudyResults, PaperTables]:
+    return load_study_results(results_dir), load_paper_tables(paper_dir)
+
+
+@dataclass
+class TableSet:
+    results: list[ResultTable]
+    comparisons: dict[str, ComparisonTable]  # by spec key; only tables the paper has
+
+    def get(self, key: str) -> ResultTable:
+        return next(t for t in self.results if t.spec.key == key)
+
+
+def build_tables(study: StudyResults, paper: PaperTables) -> TableSet:
+    rows = study.main_rows()
+    results = [build_result_table(rows, spec, paper) for spec in TABLE_SPECS]
+    comparisons = {t.spec.key: c for t in results if (c := build_comparison(t, paper)) is not None}
+    return TableSet(results, comparisons)
+
+
+def write_tables(tables: TableSet, out_dir: Path) -> list[Path]:
+    folder = Path(out_dir) / "tables"
+    paths = []
+    for table in tables.results:
+        paths += write_table(table, folder, table.spec.key, table.spec.title + ", mean ± std over runs")
+        if table.spec.key in tables.comparisons:
+            paths += write_table(tables.comparisons[table.spec.key], folder, f"{table.spec.key}_vs_paper",
+                                 f"{table.spec.title}: ours vs paper (difference in paper standard deviations)")
+    return paths
+
+
+@dataclass
+class Significance:
+    paper: dict | None  # the paper's test recomputed on its own Table 1
+    ours: dict  # the same on our Table 1 means
+    across: pd.DataFrame  # SimCalib vs each baseline across benchmarks, Holm over baselines
+    paired: pd.DataFrame  # SimCalib vs GATS per benchmark over paired runs, Holm over benchmarks
+
+
+def compute_significance(study: StudyResults, tables: TableSet, paper: PaperTables) -> Significance:
+    ours_means = tables.get("table1_ece").mean
+    reference = None
+    if paper.has("table1"):
+        published = paper.table("table1").pivot_table(index=["dataset", "backbone"], columns="method", values="mean")
+        reference = stats.across_benchmarks(published, "SimCalib", "GATS")
+    baselines = [m for m in MAIN_METHODS if m != "SimCalib"]
+    return Significance(reference, stats.across_benchmarks(ours_means, "SimCalib", "GATS"),
+                        stats.across_benchmarks_all(ours_means, "SimCalib", baselines),
+                        stats.paired_runs(study.main_rows(), "SimCalib", "GATS", "ece"))
+
+
+def write_significance(sig: Significance, out_dir: Path) -> list[Path]:
+    folder = Path(out_dir) / "significance"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / "across_benchmarks.csv", folder / "paired_runs_simcalib_vs_gats.csv"]
+    summary = pd.DataFrame([dict(source="paper Table 1", **sig.paper)] if sig.paper else [])
+    summary = pd.concat([summary, pd.DataFrame([dict(source="ours", **sig.ours)])], ignore_index=True)
+    pd.concat([summary.assign(family="paper's test"), sig.across.assign(source="ours", family="vs each baseline")],
+              ignore_index=True).to_csv(paths[0], index=False, float_format="%.6g")
+    sig.paired.to_csv(paths[1], index=False, float_format="%.6g")
+    return paths
+
+
+@dataclass
+class FigureEntry:
+    stem: str
+    caption: str
+    paths: list[Path] = field(default_factory=list)  # PNG first; empty when not available
+    note: str = ""  # why it is not available
+
+
+@dataclass
+class FigureSet:
+    entries: list[FigureEntry]
+    similarity: pd.DataFrame | None = None  # group ECEs behind the feature-similarity figure
+
+
+def make_figures(study: StudyResults, out_dir: Path) -> FigureSet:
+    folder = Path(out_dir) / "figures"
+    predictions = study.main_predictions()
+    entries = []
+
+    def add(stem: str, caption: str, fig, note: str) -> None:
+        entries.append(FigureEntry(stem, caption, figs.save_figure(fig, folder, stem) if fig is not None else [],
+                                   "" if fig is not None else note))
+
+    no_predictions = "not available: no saved predictions (run `simcalib benchmark ... --save-predictions`)"
+    add("reliability_uncal_vs_simcalib", "Reliability diagrams, UnCal vs SimCalib per benchmark",
+        figs.reliability_grid(predictions), no_predictions)
+    add("confidence_distributions", "Confidence distributions, UnCal vs SimCalib per benchmark",
+        figs.confidence_grid(predictions), no_predictions)
+    add("data_efficiency", "ECE against the calibration label rate (UnCal dashed)",
+        figs.data_efficiency_figure(study.rows),
+        "not available: no benchmark has results at two or more label rates (run study/data_efficiency.yaml)")
+    groups = figs.similarity_groups(predictions)
+    summary = figs.similarity_summary(groups) if groups is not None else None
+    add("feature_similarity", "Group ECE by feature distance to the nearest prototype (bars) and improvement over "
+        "UnCal (dashed)", figs.feature_similarity_figure(summary) if summary is not None else None,
+        "not available: no run has UnCal, GATS and SimCalib predictions with a `feature_distance` array")
+    if summary is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        summary.to_csv(folder / "feature_similarity_groups.csv", index=False, float_format="%.6g")
+    return FigureSet(entries, summary)
+
+
+@dataclass
+class TheoryResult:
+    table: pd.DataFrame
+    paths: list[Path]
+
+
+def run_theory(out_dir: Path, reps: int = 2000, seed: int = 10, grid: dict | None = None) -> TheoryResult:
+    """The Monte-Carlo table over the default grid (or ``grid``: n_values, d_values, a_values), CSV and figure."""
+    table = theory.theorem_check(**(grid or {}), reps=reps, seed=seed)
+    folder = Path(out_dir) / "theory"
+    folder.mkdir(parents=True, exist_ok=True)
+    csv = folder / "theorem1_monte_carlo.csv"
+    table.to_csv(csv, index=False, float_format="%.6g")
+    paths = [csv, *figs.save_figure(figs.theory_figure(table), Path(out_dir) / "figures", "theory_theorem1")]
+    return TheoryResult(table, paths)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The document
+
+
+def _p(value: float) -> str:
+    return "n/a" if value is None or not np.isfinite(value) else f"{value:.3g}"
+
+
+def _pct(value: float) -> str:
+    return "n/a" if value is None or not np.isfinite(value) else f"{100 * value:.1f}%"
+
+
+def overview_blocks(study: StudyResults, paper: PaperTables, title: str) -> list[Block]:
+    rows = study.rows
+    blocks: list[Block] = [Heading(1, title), Paragraph(f"Results read from `{study.root}` ({len(rows)} rows, "
+                                                        f"{rows['source'].nunique() if len(rows) else 0} results files).")]
+    if len(rows):
+        main = study.main_rows()
+        runs = main.groupby(["dataset", "backbone"])[["split", "init", "fold"]].apply(
+            lambda g: len(g.drop_duplicates()))
+        calibrators = main.groupby(["dataset", "backbone"])["calibrator"].apply(lambda c: ", ".join(sorted(set(c))))
+        body = [[d, b, calibrators[(d, b)], str(int(runs[(d, b)])), "yes" if runs[(d, b)] >= FULL_RUNS else "no"]
+                for d, b in sorted_benchmarks(runs.index)]
+        blocks += [Paragraph(f"Tables 1-4 use the runs at label rate {_pct(study.main_label_rate or math.nan)}; "
+                             "runs at other label rates enter the data-efficiency figure only."),
+                   table_block(["Dataset", "Backbone", "Calibrators", "Runs", f"Full {FULL_RUNS}"], body, 3)]
+        rates = sorted(rows["label_rate"].dropna().unique())
+        if len(rates) > 1:
+            blocks.append(Paragraph("Label rates present: " + ", ".join(_pct(r) for r in rates) + "."))
+    notes = study.notes + paper.notes
+    if notes:
+        blocks += [Heading(3, "Notes"), Bullets(tuple(notes))]
+    return blocks
+
+
+def _table_or_note(table: ResultTable | ComparisonTable) -> Block:
+    if table.empty:
+        return Paragraph(f"_{NOT_RUN}: no results for this table._")
+    return table_block(*table.grid(), numeric_from=2)
+
+
+def table_blocks(tables: TableSet) -> list[Block]:
+    blocks: list[Block] = [Heading(2, "Tables"), Paragraph(
+        "Mean ± population std over runs (ECE-type metrics in %); the lowest mean of each row in **bold**; "
+        f"'{NOT_RUN}' where a calibrator has no results. Each table is also under `tables/` as Markdown, "
+        "LaTeX (booktabs) and CSV.")]
+    for table in tables.results:
+        blocks += [Heading(3, table.spec.title), _table_or_note(table)]
+        comparison = tables.comparisons.get(table.spec.key)
+        if comparison is not None:
+            s = comparison.summary()
+            blocks += [Heading(4, f"{table.spec.title.split(':')[0]}: ours vs paper"), Paragraph(
+                "Cells: ours vs paper (difference in units of the paper's std; n/a where the paper gives no std). "
+                f"{s['ran']} of {s['cells']} paper cells run here; "
+                + (f"mean |difference| {s['mean_abs_z']:.2f} paper stds, {s['within_1_std']} of {s['with_std']} "
+                   f"within one std; mean difference {s['mean_diff']:+.2f}."
+                   if s["with_std"] else "no paper std to compare with." if s["ran"] else "nothing to compare yet.")),
+                _table_or_note(comparison)]
+        elif table.spec.paper_key:
+            blocks.append(Paragraph(f"_Paper comparison skipped: the paper's {table.spec.paper_key} is not loaded._"))
+    return blocks
+
+
+def significance_blocks(sig: Significance) -> list[Block]:
+    blocks: list[Block] = [Heading(2, "Significance"), Paragraph(
+        "The paper's test: Wilcoxon signed-rank (two-sided) of SimCalib vs GATS over the per-benchmark mean ECEs, "
+        "and the mean over benchmarks of the relative reduction (GATS - SimCalib) / GATS.")]
+    body = []
+    for name, result in (("paper Table 1 (recomputed)", sig.paper), ("ours (Table 1 means)", sig.ours)):
+        if result is None:
+            body.append([name, "not loaded", "", "", "", ""])
+            continue
+        body.append([name, str(result["n"]), f"{result['wins']}", _p(result["statistic"]), _p(result["pvalue"]),
+                     _pct(result["relative_reduction"])])
+    blocks.append(table_block(["Source", "Benchmarks", "SimCalib lower", "W", "p", "Mean relative reduction"], body, 1))
+    if sig.ours["n"] < 6:
+        blocks.append(Paragraph(f"With {sig.ours['n']} benchmark(s) where both SimCalib and GATS ran, the exact test "
+                                "cannot reach p < 0.05 (the smallest two-sided p with n pairs is 2 / 2^n)."))
+    if len(sig.across):
+        body = [[r.reference, str(r.n), str(r.wins), _p(r.pvalue), _p(r.pvalue_holm), _pct(r.relative_reduction)]
+                for r in sig.across.itertuples()]
+        blocks += [Heading(3, "SimCalib vs each baseline across benchmarks (Holm over the baselines)"),
+                   table_block(["Baseline", "Benchmarks", "SimCalib lower", "p", "p (Holm)", "Mean relative reduction"],
+                               body, 1)]
+    blocks.append(Heading(3, "SimCalib vs GATS per benchmark over paired runs (Holm over the benchmarks)"))
+    if sig.paired.empty:
+        blocks.append(Paragraph(f"_{NOT_RUN}: no benchmark has runs of both SimCalib and GATS._"))
+    else:
+        body = [[r.dataset, r.backbone, str(r.pairs), f"{r.SimCalib_mean:.2f}", f"{r.GATS_mean:.2f}",
+                 f"{r.mean_diff:+.2f}", str(r.wins), _p(r.pvalue), _p(r.pvalue_holm)] for r in sig.paired.itertuples()]
+        blocks.append(table_block(["Dataset", "Backbone", "Pairs", "SimCalib", "GATS", "Mean diff", "SimCalib lower",
+                                   "p", "p (Holm)"], body, 2))
+    return blocks
+
+
+def figure_blocks(figures: FigureSet, out_dir: Path) -> list[Block]:
+    blocks: list[Block] = [Heading(2, "Figures")]
+    for entry in figures.entries:
+        blocks.append(Heading(3, entry.caption))
+        if entry.paths:
+            blocks.append(Figure(str(entry.paths[0].relative_to(out_dir)), entry.caption))
+        else:
+            blocks.append(Paragraph(f"_{entry.note}_"))
+    return blocks
+
+
+def _mc_error(row: pd.Series, variant: str) -> str:
+    """Monte-Carlo uncertainty: the standard error, or the rule of three when no replicate failed."""
+    reps, p = int(row["reps"]), float(row[f"p_joint_better_{variant}"])
+    if p == 1.0:
+        return f"no failure in {reps} replicates: P >= {1 - 3 / reps:.4f} at 95% confidence"
+    return f"SE {row[f'se_{variant}']:.3f} over {reps} replicates"
+
+
+def theory_blocks(result: TheoryResult, out_dir: Path) -> list[Block]:
+    table = result.table
+    ex = theory.PAPER_EXAMPLE
+    row = theory.paper_example_row(table)
+    reading = (
+        "Reading of Theorem 1 (paper, Theoretical Results and appendix): x | y ~ N(y mu, sigma^2 I) in d dimensions, "
+        "||mu||^2 = d and ||mu||^2 / sigma^2 = sqrt(d/n), so sigma^2 = sqrt(d n); isolated estimator "
+        "mu_bar = mean of y x over n samples, joint estimator mu_hat = (mu_bar_i + a (mu_bar_j - b)) / (1 + a^2). "
+        "b is known and cancels (no value needed); only |a| matters. ECE_paper is the paper's expression "
+        "E_v |sigmoid(2 r v) - sigmoid(2 v)| with r = m^T mu / ||m||^2 and v = m^T x, which drops sigma; "
+        "ECE_exact is the ECE of the ECM classifier sigmoid(2 m^T x / sigma^2) that knows sigma. Both are "
+        "integrated by quadrature; the probability is over the n training samples.")
+    a_cols = sorted(table["a"].unique())
+    body = []
+    for (n, d), group in table.groupby(["n", "d"]):
+        cells = []
+        for a in a_cols:
+            hit = group[np.isclose(group["a"], a)]
+            cells.append(f"{hit['p_joint_better_paper'].iloc[0]:.3f}" if len(hit) else "—")
+        body.append([str(n), str(d), *cells])
+    return [
+        Heading(2, "Theory check: Theorem 1 by Monte Carlo"), Paragraph(reading),
+        Paragraph(f"**Paper's example** (n = {ex['n']}, d = {ex['d']}, |a| = {ex['a']}, claimed >= "
+                  f"{ex['claimed_lower_bound']}): P(ECE_joint <= ECE_isolated) = "
+                  f"**{row['p_joint_better_paper']:.3f}** (paper's expression, {_mc_error(row, 'paper')}) and {row['p_joint_better_exact']:.3f} (sigma-aware). Mean ECE "
+                  f"isolated {row['mean_ece_bar_paper']:.3f}% vs joint {row['mean_ece_hat_paper']:.3f}% (paper's "
+                  f"expression). The proof's intermediate event 1 >= r_hat >= r_bar >= 1/2 has probability "
+                  f"{row['p_proof_event']:.3f}: under this parameter setting r_bar is about "
+                  f"1 / (1 + sqrt(d/n)) = {row['mean_r_bar']:.2f}, so the conclusion holds while that step of the "
+                  "proof does not."),
+        Paragraph("P(ECE_joint <= ECE_isolated), paper's expression, by (n, d) and |a| (full table with the sigma-aware "
+                  "reading, standard errors and mean ECEs: `theory/theorem1_monte_carlo.csv`):"),
+        table_block(["n", "d", *[f"|a|={a:g}" for a in a_cols]], body, 2),
+        Figure(str(result.paths[1].relative_to(out_dir)), "Theorem 1 Monte Carlo: P(ECE_joint <= ECE_isolated) "
+               "against |a|"),
+    ]
+
+
+def assemble(study: StudyResults, paper: PaperTables, tables: TableSet, sig: Significance, figures: FigureSet,
+             theory_result: TheoryResult, out_dir: Path, title: str) -> list[Block]:
+    out_dir = Path(out_dir)
+    return [*overview_blocks(study, paper, title), *table_blocks(tables), *significance_blocks(sig),
+            *figure_blocks(figures, out_dir), *theory_blocks(theory_result, out_dir)]
+
+
+@dataclass
+class ReportOutputs:
+    folder: Path
+    report_md: Path
+    report_html: Path
+    files: list[Path]
+    significance: Significance
+    theory_table: pd.DataFrame
+
+
+def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike, paper_dir: str | os.PathLike | None = None,
+                 title: str | None = None, theory_reps: int = 2000, seed: int = 10,
+                 theory_grid: dict | None = None) -> ReportOutputs:
+    """Everything above in order; returns the paths written."""
+    out_dir = Path(out_dir)
+    study, paper = load_inputs(results_dir, paper_dir)
+    tables = build_tables(study, paper)
+    files = write_tables(tables, out_dir)
+    sig = compute_significance(study, tables, paper)
+    files += write_significance(sig, out_dir)
+    figures = make_figures(study, out_dir)
+    files += [p for e in figures.entries for p in e.paths]
+    theory_result = run_theory(out_dir, theory_reps, seed, theory_grid)
+    files += theory_result.paths
+    title = title or f"SimCalib study report: {Path(results_dir).name}"
+    md, page = write_report(assemble(study, paper, tables, sig, figures, theory_result, out_dir, title), out_dir, title)
+    return ReportOutputs(out_dir, md, page, [md, page, *files], sig, theory_result.table)
+
+
+__all__ = ["FigureSet", "ReportOutputs", "Significance", "TableSet", "TheoryResult", "assemble", "build_report",
+           "build_tables", "compute_significance", "load_inputs", "make_figures", "run_theory", "write_significance",
+           "write_tables"]

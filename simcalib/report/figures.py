@@ -1,0 +1,321 @@
+"""The paper's figures from results and saved predictions (seaborn on matplotlib Figures; PNG and PDF).
+
+* Reliability diagrams, UnCal vs SimCalib per benchmark, as a grid (test predictions of all runs pooled).
+* Confidence distributions of the same predictions.
+* Data efficiency: ECE against the calibration label rate for UnCal, ETS, CaGCN, GATS and SimCalib.
+* Feature similarity: test nodes of each run split into 5 equal-size groups by ``feature_distance`` (squared
+  Mahalanobis distance to the nearest class prototype; group 1 = most similar); per group the ECE of UnCal,
+  GATS and SimCalib (bars, mean over runs) and the improvement ``ECE_UnCal - ECE_method`` (dashed lines).
+* The theory check (Theorem 1): P(ECE_joint <= ECE_isolated) against |a|.
+
+Every builder returns None when its inputs are absent, and the report says "not available" instead.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from simcalib.metrics import N_BINS, bin_index
+from simcalib.plots import confidence_histogram, reliability_diagram
+from simcalib.report.results import load_predictions
+from simcalib.report.tables import sorted_benchmarks
+from simcalib.report.theory import PAPER_EXAMPLE
+
+EFFICIENCY_METHODS = ("UnCal", "ETS", "CaGCN", "GATS", "SimCalib")
+SIMILARITY_METHODS = ("UnCal", "GATS", "SimCalib")
+N_GROUPS = 5
+PANEL_COLUMNS = 4
+
+
+def save_figure(fig: Figure, folder: Path, stem: str) -> list[Path]:
+    """``stem``.png (150 dpi) and ``stem``.pdf under ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"{stem}.png", folder / f"{stem}.pdf"]
+    fig.savefig(paths[0], dpi=150)
+    fig.savefig(paths[1])
+    return paths
+
+
+def _palette(methods: Sequence[str]) -> dict[str, tuple]:
+    colors = sns.color_palette("colorblind", n_colors=len(methods))
+    return dict(zip(methods, colors))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pooled predictions
+
+
+@dataclass(frozen=True)
+class PooledPredictions:
+    """Top-1 confidence and correctness of the test nodes of several runs, concatenated."""
+
+    confidence: np.ndarray  # [N]
+    correct: np.ndarray  # [N] bool
+    runs: int
+
+    def as_probs(self) -> tuple[np.ndarray, np.ndarray]:
+        """A stand-in [N, 2] = (confidence, 0) with label 0 when correct, 1 when wrong: its top-1 confidence and
+        correctness are the pool's, which is all a reliability diagram reads (pooling full K-class
+        probabilities of 75 CoraFull runs would take gigabytes)."""
+        probs = np.stack([self.confidence, np.zeros_like(self.confidence)], axis=1)
+        return probs, np.where(self.correct, 0, 1)
+
+
+def pool_predictions(paths: Sequence[str]) -> PooledPredictions | None:
+    confidence, correct = [], []
+    for path in paths:
+        run = load_predictions(path)
+        confidence.append(run.probs.max(1))
+        correct.append(run.probs.argmax(1) == run.labels)
+    if not confidence:
+        return None
+    return PooledPredictions(np.concatenate(confidence), np.concatenate(correct), len(paths))
+
+
+def _grid(n_panels: int, rows_per_block: int, panel: tuple[float, float]) -> tuple[Figure, np.ndarray]:
+    cols = max(1, min(n_panels, PANEL_COLUMNS))
+    blocks = int(np.ceil(n_panels / cols)) if n_panels else 1
+    fig = Figure(figsize=(panel[0] * cols, panel[1] * rows_per_block * blocks), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(rows_per_block * blocks, cols, squeeze=False))
+    return fig, axes
+
+
+def _suptitle(fig: Figure, text: str) -> None:
+    """A figure title wrapped to the figure's width (about 11 characters per inch at this size)."""
+    width = int(fig.get_figwidth() * 11)
+    fig.suptitle(textwrap.fill(text, width=max(width, 30)), fontsize="medium")
+
+
+def _blank(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize="small", color="gray")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def reliability_grid(predictions: pd.DataFrame, methods: Sequence[str] = ("UnCal", "SimCalib")) -> Figure | None:
+    """One column per benchmark (wrapped every 4), one row per method; None without any prediction file."""
+    found = predictions[predictions["calibrator"].isin(methods)]
+    if found.empty:
+        return None
+    benchmarks = sorted_benchmarks(zip(found["dataset"], found["backbone"]))
+    fig, axes = _grid(len(benchmarks), len(methods), (3.2, 3.3))
+    colors = _palette(methods)
+    for i, b in enumerate(benchmarks):
+        block, col = divmod(i, PANEL_COLUMNS)
+        for j, method in enumerate(methods):
+            ax = axes[block * len(methods) + j, col]
+            paths = found[(found["dataset"] == b[0]) & (found["backbone"] == b[1]) & (found["calibrator"] == method)]
+            pooled = pool_predictions(list(paths["path"]))
+            title = f"{b[0]} {b[1]}: {method}"
+            if pooled is None:
+                _blank(ax, f"{method}: not run")
+                ax.set_title(title, fontsize="small")
+                continue
+            probs, labels = pooled.as_probs()
+            reliability_diagram(probs, labels, ax=ax, title=f"{title} ({pooled.runs} runs)", color=colors[method])
+            ax.title.set_fontsize("small")
+    _hide_unused(axes, len(benchmarks), len(methods))
+    _suptitle(fig, "Reliability diagrams (test nodes of all runs pooled, 15 bins; ECE of the pool)")
+    return fig
+
+
+def _hide_unused(axes: np.ndarray, n_panels: int, rows_per_block: int) -> None:
+    cols = axes.shape[1]
+    for i in range(n_panels, axes.shape[0] // rows_per_block * cols):
+        block, col = divmod(i, cols)
+        for j in range(rows_per_block):
+            axes[block * rows_per_block + j, col].set_visible(False)
+
+
+def confidence_grid(predictions: pd.DataFrame, methods: Sequence[str] = ("UnCal", "SimCalib")) -> Figure | None:
+    """Top-1 confidence densities per benchmark, the methods overlaid; None without prediction files."""
+    found = predictions[predictions["calibrator"].isin(methods)]
+    if found.empty:
+        return None
+    benchmarks = sorted_benchmarks(zip(found["dataset"], found["backbone"]))
+    fig, axes = _grid(len(benchmarks), 1, (3.6, 2.8))
+    for i, b in enumerate(benchmarks):
+        block, col = divmod(i, PANEL_COLUMNS)
+        ax = axes[block, col]
+        confidences = {}
+        for method in methods:
+            paths = found[(found["dataset"] == b[0]) & (found["backbone"] == b[1]) & (found["calibrator"] == method)]
+            pooled = pool_predictions(list(paths["path"]))
+            if pooled is not None:
+                confidences[f"{method} ({pooled.runs} runs)"] = pooled.confidence
+        confidence_histogram(confidences, ax=ax, title=f"{b[0]} {b[1]}")
+    _hide_unused(axes, len(benchmarks), 1)
+    _suptitle(fig, "Confidence distributions of the test nodes (all runs pooled)")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Data efficiency
+
+
+def efficiency_frame(rows: pd.DataFrame, methods: Sequence[str] = EFFICIENCY_METHODS) -> pd.DataFrame:
+    """ECE per (benchmark, calibrator, label rate) run, restricted to benchmarks with >= 2 label rates."""
+    if rows.empty:
+        return rows.iloc[0:0]
+    frame = rows[rows["calibrator"].isin(methods) & rows["label_rate"].notna()].copy()
+    frame["label_rate_pct"] = (100 * frame["label_rate"].astype(float)).round(3)
+    rates = frame.groupby(["dataset", "backbone"])["label_rate_pct"].nunique()
+    keep = rates[rates >= 2].index
+    return frame[frame.set_index(["dataset", "backbone"]).index.isin(keep)]
+
+
+def data_efficiency_figure(rows: pd.DataFrame, methods: Sequence[str] = EFFICIENCY_METHODS) -> Figure | None:
+    """ECE (mean ± std over runs) against the label rate, one panel per benchmark; UnCal dashed."""
+    frame = efficiency_frame(rows, methods)
+    if frame.empty:
+        return None
+    benchmarks = sorted_benchmarks(zip(frame["dataset"], frame["backbone"]))
+    fig, axes = _grid(len(benchmarks), 1, (4.2, 3.3))
+    present = [m for m in methods if m in set(frame["calibrator"])]
+    colors = _palette(present)
+    for i, b in enumerate(benchmarks):
+        block, col = divmod(i, PANEL_COLUMNS)
+        ax = axes[block, col]
+        panel = frame[(frame["dataset"] == b[0]) & (frame["backbone"] == b[1])]
+        for method in present:
+            data = panel[panel["calibrator"] == method]
+            if data.empty:
+                continue
+            sns.lineplot(data=data, x="label_rate_pct", y="ece", errorbar="sd", err_style="bars", marker="o", ax=ax,
+                         color=colors[method], label=method, linestyle="--" if method == "UnCal" else "-")
+        ax.set_xlabel("label rate (%): labelled nodes, a third of them for calibration")
+        ax.set_ylabel("ECE (%)")
+        ax.set_title(f"{b[0]} {b[1]}")
+        ax.legend(fontsize="small", frameon=False)
+    _hide_unused(axes, len(benchmarks), 1)
+    _suptitle(fig, "Data efficiency: ECE against the label rate (mean ± std over runs)")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Feature similarity
+
+
+def _ece_from_confidence(confidence: np.ndarray, correct: np.ndarray, n_bins: int = N_BINS) -> float:
+    """ECE (%) of top-1 confidences and correctness (same binning as simcalib.metrics.ece)."""
+    if len(confidence) == 0:
+        return float("nan")
+    idx = bin_index(confidence, n_bins)
+    count = np.bincount(idx, minlength=n_bins)
+    gap = np.abs(np.bincount(idx, weights=correct.astype(float), minlength=n_bins)
+                 - np.bincount(idx, weights=confidence, minlength=n_bins))
+    return float(100 * gap[count > 0].sum() / len(confidence))
+
+
+def similarity_groups(predictions: pd.DataFrame, methods: Sequence[str] = SIMILARITY_METHODS,
+                      n_groups: int = N_GROUPS) -> pd.DataFrame | None:
+    """Per (benchmark, run, group, method) ECE of the test nodes grouped by feature distance.
+
+    Groups are quantiles of ``feature_distance`` within each run (group 1: closest to a prototype). Runs
+    need every method's predictions; files without ``feature_distance`` are skipped. None if nothing is left.
+    """
+    found = predictions[predictions["calibrator"].isin(methods)]
+    records = []
+    for key, run in found.groupby(["dataset", "backbone", "split", "init", "fold"]):
+        by_method = dict(zip(run["calibrator"], run["path"]))
+        if not all(m in by_method for m in methods):
+            continue
+        loaded = {m: load_predictions(by_method[m]) for m in methods}
+        distance = next((p.feature_distance for p in loaded.values() if p.feature_distance is not None), None)
+        if distance is None or len(distance) < n_groups:
+            continue
+        ranks = np.argsort(np.argsort(distance, kind="stable"), kind="stable")
+        group = ranks * n_groups // len(distance)  # [N] in 0..n_groups-1, equal sizes
+        for m, p in loaded.items():
+            confidence, correct = p.probs.max(1), p.probs.argmax(1) == p.labels
+            for g in range(n_groups):
+                members = group == g
+                records.append({"dataset": key[0], "backbone": key[1], "split": key[2], "init": key[3],
+                                "fold": key[4], "group": g + 1, "calibrator": m,
+                                "mean_distance": float(distance[members].mean()),
+                                "ece": _ece_from_confidence(confidence[members], correct[members])})
+    return pd.DataFrame(records) if records else None
+
+
+def similarity_summary(groups: pd.DataFrame) -> pd.DataFrame:
+    """Mean group ECE over runs and the improvement over UnCal, per (benchmark, group, method)."""
+    mean = groups.groupby(["dataset", "backbone", "group", "calibrator"], as_index=False).agg(
+        ece=("ece", "mean"), ece_std=("ece", lambda s: float(np.std(s, ddof=0))), runs=("ece", "size"),
+        mean_distance=("mean_distance", "mean"))
+    uncal = mean[mean["calibrator"] == "UnCal"][["dataset", "backbone", "group", "ece"]].rename(columns={"ece": "uncal"})
+    mean = mean.merge(uncal, on=["dataset", "backbone", "group"], how="left")
+    mean["improvement"] = mean["uncal"] - mean["ece"]
+    return mean.drop(columns="uncal")
+
+
+def feature_similarity_figure(summary: pd.DataFrame, methods: Sequence[str] = SIMILARITY_METHODS) -> Figure:
+    benchmarks = sorted_benchmarks(zip(summary["dataset"], summary["backbone"]))
+    fig, axes = _grid(len(benchmarks), 1, (4.6, 3.5))
+    colors = _palette(methods)
+    for i, b in enumerate(benchmarks):
+        block, col = divmod(i, PANEL_COLUMNS)
+        ax = axes[block, col]
+        panel = summary[(summary["dataset"] == b[0]) & (summary["backbone"] == b[1])]
+        sns.barplot(data=panel, x="group", y="ece", hue="calibrator", hue_order=list(methods), palette=colors,
+                    ax=ax, errorbar=None)
+        for method in methods[1:]:  # improvements over UnCal as dashed lines (same % scale)
+            line = panel[panel["calibrator"] == method].sort_values("group")
+            ax.plot(line["group"] - 1, line["improvement"], linestyle="--", marker="o", color=colors[method],
+                    label=f"{method} improvement")
+        ax.axhline(0, color="black", linewidth=0.5)
+        ax.set_xlabel("feature-distance group (1 = closest to a prototype)")
+        ax.set_ylabel("ECE (%) / improvement (%)")
+        runs = int(panel["runs"].max()) if len(panel) else 0
+        ax.set_title(f"{b[0]} {b[1]} ({runs} runs)")
+        ax.legend(fontsize="x-small", frameon=False)
+    _hide_unused(axes, len(benchmarks), 1)
+    _suptitle(fig, "Feature similarity: group ECE (bars) and improvement over UnCal (dashed lines)")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Theory
+
+
+def theory_figure(table: pd.DataFrame) -> Figure:
+    """P(ECE_joint <= ECE_isolated) against |a|, one panel per d, one line per n; both ECE readings."""
+    d_values = sorted(table["d"].unique())
+    fig = Figure(figsize=(3.4 * len(d_values), 6.2), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(2, len(d_values), sharey=True, squeeze=False))
+    n_values = sorted(table["n"].unique())
+    palette = dict(zip(n_values, sns.color_palette("viridis", n_colors=len(n_values))))
+    ex = PAPER_EXAMPLE
+    lowest = table[["p_joint_better_paper", "p_joint_better_exact"]].to_numpy().min()
+    y_low = min(0.5, np.floor(10 * lowest) / 10) - 0.02
+    for row, (variant, label) in enumerate((("paper", "paper's ECE expression"), ("exact", "sigma-aware ECE"))):
+        for col, d in enumerate(d_values):
+            ax = axes[row, col]
+            panel = table[table["d"] == d]
+            sns.lineplot(data=panel, x="a", y=f"p_joint_better_{variant}", hue="n", palette=palette, marker="o",
+                         ax=ax, legend=(row == 0 and col == 0))
+            ax.axhline(ex["claimed_lower_bound"], color="tab:red", linestyle=":", linewidth=1)
+            if d == ex["d"]:
+                hit = panel[(panel["n"] == ex["n"]) & np.isclose(panel["a"], ex["a"])]
+                if len(hit):
+                    ax.plot(hit["a"], hit[f"p_joint_better_{variant}"], marker="*", markersize=14, color="tab:red",
+                            linestyle="none", label="paper's example")
+                    ax.legend(fontsize="x-small", frameon=False, loc="lower right")
+            ax.set_ylim(y_low, 1.02)
+            ax.set_xlabel("|a|  (mu_j = a mu_i + b)")
+            ax.set_ylabel(f"P(ECE_joint <= ECE_isolated)\n{label}")
+            ax.set_title(f"d = {d}")
+    _suptitle(fig, "Theorem 1 by Monte Carlo: joint vs isolated estimation (dotted: the paper's 0.84; star: its example n=4, d=64, |a|=2.66)")
+    return fig
+
+
+__all__ = ["EFFICIENCY_METHODS", "SIMILARITY_METHODS", "confidence_grid", "data_efficiency_figure",
+           "efficiency_frame", "feature_similarity_figure", "pool_predictions", "reliability_grid",
+           "save_figure", "similarity_groups", "similarity_summary", "theory_figure"]

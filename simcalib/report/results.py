@@ -1,0 +1,178 @@
+"""Collecting a study's results: every ``results.csv`` below a folder, and the saved test predictions.
+
+A study writes one results folder per benchmark (``DIR/results.csv``, and with ``--save-predictions``
+``DIR/predictions/<Dataset>_<Backbone>_s<split>_i<init>_f<fold>_<Calibrator>.npz``). The report reads all of
+them, concatenated; it never retrains. Rows that repeat a run (same key, seed and label rate) are kept once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simcalib.errors import DataCorruptError, DataMissingError
+from simcalib.protocol import KEY_COLUMNS, RESULT_COLUMNS, read_results
+
+PROTOCOL_LABEL_RATE = 0.15  # 3 folds x 5% of each class (PROTOCOL section 2)
+REQUIRED_COLUMNS = [*KEY_COLUMNS, "ece"]
+PREDICTION_NAME = re.compile(
+    r"^(?P<dataset>[^_]+)_(?P<backbone>[^_]+)_s(?P<split>\d+)_i(?P<init>\d+)_f(?P<fold>\d+)_(?P<calibrator>.+)\.npz$")
+
+
+@dataclass
+class StudyResults:
+    """All results rows below one folder, the saved predictions, and notes for the reader."""
+
+    root: Path
+    rows: pd.DataFrame  # RESULT_COLUMNS (+ "source"), every label rate
+    predictions: pd.DataFrame  # one row per npz file: KEY_COLUMNS + label_rate + path
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def main_label_rate(self) -> float | None:
+        """The label rate of the paper's tables: the protocol's 15% when present, else the most common one."""
+        rates = self.rows["label_rate"].dropna()
+        if rates.empty:
+            return None
+        if np.isclose(rates, PROTOCOL_LABEL_RATE).any():
+            return PROTOCOL_LABEL_RATE
+        return float(rates.round(6).mode().iloc[0])
+
+    def main_rows(self) -> pd.DataFrame:
+        """Rows at the main label rate (the data-efficiency runs at other rates are kept out of Tables 1-4)."""
+        rate = self.main_label_rate
+        if rate is None:
+            return self.rows
+        return self.rows[np.isclose(self.rows["label_rate"], rate) | self.rows["label_rate"].isna()]
+
+    def main_predictions(self) -> pd.DataFrame:
+        rate = self.main_label_rate
+        if rate is None or self.predictions.empty:
+            return self.predictions
+        return self.predictions[np.isclose(self.predictions["label_rate"], rate) | self.predictions["label_rate"].isna()]
+
+
+def find_results_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("results.csv") if p.is_file())
+
+
+def read_results_file(path: Path) -> pd.DataFrame:
+    """One results.csv, checked for the columns the report needs."""
+    try:
+        frame = read_results(path)
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise DataCorruptError(f"{path}: not a readable results CSV ({exc}); delete or repair it and rerun") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing and len(frame.columns):
+        raise DataCorruptError(f"{path}: missing column(s) {', '.join(missing)}; expected the results format "
+                               f"({', '.join(RESULT_COLUMNS)}) written by `simcalib benchmark`")
+    return frame
+
+
+def load_study_results(root: str | os.PathLike) -> StudyResults:
+    """Read every ``results.csv`` and ``predictions/*.npz`` below ``root`` (a folder or one results.csv)."""
+    root = Path(root)
+    if not root.exists():
+        raise DataMissingError(f"results folder {root} does not exist; pass the --out folder of `simcalib benchmark` "
+                               "or a study's output folder")
+    files = [root] if root.is_file() else find_results_files(root)
+    base = root.parent if root.is_file() else root
+    notes: list[str] = []
+    frames = []
+    for path in files:
+        frame = read_results_file(path)
+        if len(frame):
+            frames.append(frame.assign(source=str(path.parent.relative_to(base)) or "."))
+    if not files:
+        notes.append(f"No results.csv found below {root}: every results cell reads 'not run'.")
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*RESULT_COLUMNS, "source"])
+    for column in RESULT_COLUMNS:
+        if column not in rows.columns:
+            rows[column] = np.nan
+    rows = _deduplicate(rows, notes)
+    rows = _drop_non_finite(rows, notes)
+    predictions = index_predictions(base if root.is_file() else root, rows)
+    return StudyResults(root, rows.reset_index(drop=True), predictions, notes)
+
+
+def _deduplicate(rows: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    if rows.empty:
+        return rows
+    keys = [*KEY_COLUMNS, "seed", "label_rate"]
+    duplicated = rows.duplicated(subset=keys, keep="last")
+    if duplicated.any():
+        notes.append(f"{int(duplicated.sum())} repeated result rows (same run, seed and label rate) were counted once.")
+    return rows[~duplicated]
+
+
+def _drop_non_finite(rows: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """Rows whose ECE is missing or not finite cannot enter a mean; they are reported, not silently used."""
+    if rows.empty:
+        return rows
+    ece = pd.to_numeric(rows["ece"], errors="coerce")
+    bad = ~np.isfinite(ece.to_numpy(dtype=float))
+    if bad.any():
+        where = rows.loc[bad, ["dataset", "backbone", "calibrator"]].drop_duplicates().astype(str).agg("/".join, axis=1)
+        notes.append(f"{int(bad.sum())} result rows with a missing or non-finite ECE were left out "
+                     f"({', '.join(sorted(where))[:300]}).")
+    return rows[~bad]
+
+
+def index_predictions(root: Path, rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per saved prediction file below ``root``, with the label rate of the results.csv beside it."""
+    records = []
+    for path in sorted(root.rglob("*.npz")):
+        if path.parent.name != "predictions" or path.name.endswith(".tmp.npz"):
+            continue
+        match = PREDICTION_NAME.match(path.name)
+        if not match:
+            continue
+        record = match.groupdict()
+        for key in ("split", "init", "fold"):
+            record[key] = int(record[key])
+        record["label_rate"] = _folder_label_rate(path.parent.parent, root, rows)
+        record["path"] = str(path)
+        records.append(record)
+    columns = [*KEY_COLUMNS, "label_rate", "path"]
+    return pd.DataFrame(records, columns=columns)
+
+
+def _folder_label_rate(folder: Path, root: Path, rows: pd.DataFrame) -> float:
+    """The single label rate of ``folder/results.csv`` (NaN when absent or mixed)."""
+    if rows.empty:
+        return float("nan")
+    try:
+        source = str(folder.relative_to(root)) or "."
+    except ValueError:
+        return float("nan")
+    rates = rows.loc[rows["source"] == source, "label_rate"].dropna().unique()
+    return float(rates[0]) if len(rates) == 1 else float("nan")
+
+
+@dataclass(frozen=True)
+class RunPredictions:
+    probs: np.ndarray  # [N_test, K]
+    labels: np.ndarray  # [N_test]
+    feature_distance: np.ndarray | None  # [N_test] squared Mahalanobis distance to the nearest prototype
+
+
+def load_predictions(path: str | os.PathLike) -> RunPredictions:
+    try:
+        with np.load(path) as data:
+            probs, labels = np.asarray(data["probs"], dtype=np.float64), np.asarray(data["labels"], dtype=np.int64)
+            distance = np.asarray(data["feature_distance"], dtype=np.float64) if "feature_distance" in data else None
+    except (OSError, KeyError, ValueError) as exc:
+        raise DataCorruptError(f"{path}: not a predictions file with 'probs' and 'labels' ({exc}); "
+                               "rerun the benchmark with --save-predictions") from None
+    if probs.ndim != 2 or labels.shape != (len(probs),) or (distance is not None and distance.shape != labels.shape):
+        raise DataCorruptError(f"{path}: inconsistent shapes probs {probs.shape}, labels {labels.shape}")
+    return RunPredictions(probs, labels, distance)
+
+
+__all__ = ["PROTOCOL_LABEL_RATE", "RunPredictions", "StudyResults", "index_predictions", "load_predictions",
+           "load_study_results"]

@@ -1,0 +1,326 @@
+"""The paper's tables from results rows, and the same tables side by side with the published numbers.
+
+A :class:`ResultTable` is benchmarks x methods of one metric: mean ± population std over the runs (the GATS
+code's convention), the number of runs, and the best mean of each row in bold (every metric here is
+lower-is-better). A :class:`ComparisonTable` joins a table with the paper's and expresses each difference in
+units of the paper's standard deviation:
+
+    z = (mean_ours - mean_paper) / std_paper.
+
+Both render as Markdown, LaTeX (booktabs) and CSV. A method without results for a benchmark is the text
+"not run", never an error.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simcalib.report.paper import PaperTables
+from simcalib.report.render import table_block, to_markdown
+
+NOT_RUN = "not run"
+DATASET_ORDER = ("Cora", "Citeseer", "Pubmed", "Computers", "Photo", "CS", "Physics", "CoraFull")
+BACKBONE_ORDER = ("GCN", "GAT")
+MAIN_METHODS = ("UnCal", "TS", "VS", "ETS", "CaGCN", "GATS", "SimCalib")
+ABLATION_METHODS = ("SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n", "SimCalib")
+W_SWEEP_NAME = re.compile(r"^SimCalib_w(\d+(?:\.\d+)?)$")
+METRIC_LABELS = {
+    "ece": "ECE (%)", "ace": "ACE (%)", "mce": "MCE (%)", "classwise_ece": "classwise ECE (%)",
+    "kde_ece": "KDE-ECE (%)", "nll": "NLL", "brier": "Brier score", "accuracy": "accuracy (%)",
+}
+METRIC_DIGITS = {"nll": 4, "brier": 4}
+
+Benchmark = tuple[str, str]  # (dataset, backbone)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    key: str  # file stem, e.g. "table1_ece"
+    title: str
+    metric: str
+    methods: tuple[str, ...] | None  # None: the w sweep, whose columns are the w values found
+    paper_key: str | None = None  # the paper table it is compared with
+
+    @property
+    def digits(self) -> int:
+        return METRIC_DIGITS.get(self.metric, 2)
+
+
+TABLE_SPECS: tuple[TableSpec, ...] = (
+    TableSpec("table1_ece", "Table 1: ECE (%) of every calibrator", "ece", MAIN_METHODS, "table1"),
+    TableSpec("table2_ace", "Table 2: ACE (%), adaptive (equal-mass) bins", "ace", MAIN_METHODS, "table2"),
+    TableSpec("table3_ablation_ece", "Table 3: ECE (%) of the SimCalib ablations", "ece", ABLATION_METHODS, "table3"),
+    TableSpec("table4_w_sweep_ece", "Table 4: ECE (%) of SimCalib with a fixed ensemble weight w", "ece", None,
+              "table4"),
+    TableSpec("metric_nll", "NLL of every calibrator", "nll", MAIN_METHODS),
+    TableSpec("metric_brier", "Brier score of every calibrator", "brier", MAIN_METHODS),
+    TableSpec("metric_classwise_ece", "Classwise ECE (%) of every calibrator", "classwise_ece", MAIN_METHODS),
+    TableSpec("metric_kde_ece", "KDE-ECE (%) of every calibrator", "kde_ece", MAIN_METHODS),
+)
+
+
+def benchmark_sort_key(benchmark: Benchmark) -> tuple:
+    dataset, backbone = benchmark
+    d = DATASET_ORDER.index(dataset) if dataset in DATASET_ORDER else len(DATASET_ORDER)
+    b = BACKBONE_ORDER.index(backbone) if backbone in BACKBONE_ORDER else len(BACKBONE_ORDER)
+    return d, dataset, b, backbone
+
+
+def sorted_benchmarks(benchmarks: Iterable[Benchmark]) -> list[Benchmark]:
+    return sorted({(str(d), str(b)) for d, b in benchmarks}, key=benchmark_sort_key)
+
+
+def w_sweep_methods(names: Iterable[str]) -> list[str]:
+    """The ``SimCalib_w<w>`` names among ``names``, ordered by w."""
+    found = {n for n in names if W_SWEEP_NAME.match(str(n))}
+    return sorted(found, key=lambda n: float(W_SWEEP_NAME.match(n).group(1)))
+
+
+def display_name(method: str, latex: bool = False) -> str:
+    match = W_SWEEP_NAME.match(method)
+    if match:
+        return f"$w={match.group(1)}$" if latex else f"w={match.group(1)}"
+    if latex and "_" in method:
+        base, sub = method.split("_", 1)
+        return f"{latex_escape(base)}$_{{{latex_escape(sub)}}}$"
+    return latex_escape(method) if latex else method
+
+
+def latex_escape(text: str) -> str:
+    for char, repl in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"), ("_", r"\_"),
+                       ("±", r"$\pm$"), ("σ", r"$\sigma$")):
+        text = text.replace(char, repl)
+    return text
+
+
+def _fmt(value: float, digits: int) -> str:
+    return f"{value:.{digits}f}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Our numbers
+
+
+@dataclass
+class ResultTable:
+    """benchmarks x methods of one metric; NaN mean / 0 runs where a method was not run."""
+
+    spec: TableSpec
+    benchmarks: list[Benchmark]
+    methods: list[str]
+    mean: pd.DataFrame  # [B, M]
+    std: pd.DataFrame  # [B, M], population std (ddof = 0)
+    runs: pd.DataFrame  # [B, M], int
+
+    def best(self) -> pd.DataFrame:
+        """True where the mean is the row's lowest at the displayed precision (ties all bold)."""
+        rounded = self.mean.round(self.spec.digits)
+        return rounded.eq(rounded.min(axis=1), axis=0) & self.mean.notna()
+
+    def cell(self, benchmark: Benchmark, method: str) -> str:
+        if self.runs.at[benchmark, method] == 0:
+            return NOT_RUN
+        d = self.spec.digits
+        return f"{_fmt(self.mean.at[benchmark, method], d)} ± {_fmt(self.std.at[benchmark, method], d)}"
+
+    def runs_label(self, benchmark: Benchmark) -> str:
+        counts = self.runs.loc[[benchmark]].iloc[0]
+        counts = counts[counts > 0]
+        lo, hi = (int(counts.min()), int(counts.max())) if len(counts) else (0, 0)
+        return str(lo) if lo == hi else f"{lo}–{hi}"
+
+    def to_csv_frame(self) -> pd.DataFrame:
+        """The paper's CSV layout (dataset, backbone, <m>_mean, <m>_std) plus <m>_runs (0 = not run)."""
+        rows = []
+        for b in self.benchmarks:
+            row = {"dataset": b[0], "backbone": b[1]}
+            for m in self.methods:
+                row[f"{m}_mean"] = self.mean.at[b, m]
+                row[f"{m}_std"] = self.std.at[b, m]
+                row[f"{m}_runs"] = int(self.runs.at[b, m])
+            rows.append(row)
+        return pd.DataFrame(rows, columns=["dataset", "backbone", *[f"{m}_{s}" for m in self.methods
+                                                                      for s in ("mean", "std", "runs")]])
+
+    def grid(self, latex: bool = False) -> tuple[list[str], list[list[str]]]:
+        """Header and body rows of strings (bold applied), shared by the Markdown and LaTeX writers."""
+        header = ["Dataset", "Backbone", "Runs", *[display_name(m, latex) for m in self.methods]]
+        best = self.best()
+        body = []
+        for b in self.benchmarks:
+            cells = []
+            for m in self.methods:
+                text = self.cell(b, m)
+                if latex:
+                    text = r"\textit{not run}" if text == NOT_RUN else "$" + text.replace("±", r"\pm") + "$"
+                    text = r"$\mathbf{" + text[1:-1] + "}$" if best.at[b, m] else text
+                elif best.at[b, m]:
+                    text = f"**{text}**"
+                cells.append(text)
+            body.append([latex_escape(b[0]) if latex else b[0], b[1], self.runs_label(b), *cells])
+        return header, body
+
+    @property
+    def empty(self) -> bool:
+        return not self.benchmarks or not self.methods
+
+
+def build_result_table(rows: pd.DataFrame, spec: TableSpec, paper: PaperTables | None = None) -> ResultTable:
+    """Mean, population std and run count per (benchmark, method) of ``spec.metric`` from results rows."""
+    if spec.methods is None:  # w sweep: the w values run here and those the paper reports
+        names = set(rows["calibrator"].astype(str)) if len(rows) else set()
+        if paper is not None and spec.paper_key:
+            names |= set(paper.table(spec.paper_key)["method"])
+        methods = w_sweep_methods(names)
+    else:
+        methods = list(spec.methods)
+    relevant = rows[rows["calibrator"].isin(methods)] if len(rows) else rows
+    values = pd.to_numeric(relevant[spec.metric], errors="coerce") if len(relevant) else pd.Series(dtype=float)
+    relevant = relevant.assign(_value=values)[values.notna()] if len(relevant) else relevant
+    benchmarks = sorted_benchmarks(zip(relevant["dataset"], relevant["backbone"])) if len(relevant) else []
+    index = pd.MultiIndex.from_tuples(benchmarks, names=["dataset", "backbone"]) if benchmarks else \
+        pd.MultiIndex.from_tuples([], names=["dataset", "backbone"])
+    mean = pd.DataFrame(np.nan, index=index, columns=methods)
+    std = mean.copy()
+    runs = pd.DataFrame(0, index=index, columns=methods)
+    if len(relevant):
+        grouped = relevant.groupby(["dataset", "backbone", "calibrator"])["_value"]
+        for (dataset, backbone, method), series in grouped:
+            b = (str(dataset), str(backbone))
+            mean.at[b, method] = float(series.mean())
+            std.at[b, method] = float(np.std(series.to_numpy(), ddof=0))
+            runs.at[b, method] = int(series.size)
+    return ResultTable(spec, benchmarks, methods, mean, std, runs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Paper vs ours
+
+
+@dataclass
+class ComparisonTable:
+    """The paper's cells joined with ours: one row per (benchmark, method) the paper reports."""
+
+    spec: TableSpec
+    long: pd.DataFrame  # dataset, backbone, method, paper_mean, paper_std, ours_mean, ours_std, runs, diff, z
+
+    @property
+    def benchmarks(self) -> list[Benchmark]:
+        return sorted_benchmarks(zip(self.long["dataset"], self.long["backbone"]))
+
+    @property
+    def methods(self) -> list[str]:
+        names = list(dict.fromkeys(self.long["method"]))
+        return w_sweep_methods(names) if self.spec.methods is None else \
+            [m for m in self.spec.methods if m in names] + [m for m in names if m not in self.spec.methods]
+
+    def cell(self, benchmark: Benchmark, method: str, latex: bool = False) -> str:
+        match = self.long[(self.long["dataset"] == benchmark[0]) & (self.long["backbone"] == benchmark[1])
+                          & (self.long["method"] == method)]
+        if match.empty:
+            return "—"
+        r = match.iloc[0]
+        d = self.spec.digits
+        if r["runs"] == 0:
+            return (r"\textit{not run}" if latex else NOT_RUN) + f" ({_fmt(r['paper_mean'], d)})"
+        z = "n/a" if not np.isfinite(r["z"]) else f"{r['z']:+.2f}" + (r"$\sigma$" if latex else "σ")
+        return f"{_fmt(r['ours_mean'], d)} vs {_fmt(r['paper_mean'], d)} ({z})"
+
+    def grid(self, latex: bool = False) -> tuple[list[str], list[list[str]]]:
+        header = ["Dataset", "Backbone", *[display_name(m, latex) for m in self.methods]]
+        body = [[latex_escape(b[0]) if latex else b[0], b[1], *[self.cell(b, m, latex) for m in self.methods]]
+                for b in self.benchmarks]
+        return header, body
+
+    def to_csv_frame(self) -> pd.DataFrame:
+        return self.long
+
+    @property
+    def empty(self) -> bool:
+        return self.long.empty
+
+    def summary(self) -> dict:
+        """How many paper cells we ran, and how far we are on average (in paper stds and in absolute terms)."""
+        ran = self.long[self.long["runs"] > 0]
+        z = ran["z"][np.isfinite(ran["z"])]
+        return {"cells": len(self.long), "ran": len(ran), "mean_abs_z": float(z.abs().mean()) if len(z) else math.nan,
+                "within_1_std": int((z.abs() <= 1).sum()), "with_std": len(z),
+                "mean_diff": float(ran["diff"].mean()) if len(ran) else math.nan}
+
+
+def build_comparison(table: ResultTable, paper: PaperTables) -> ComparisonTable | None:
+    """Join ``table`` with the paper's table it reproduces; None when the paper has no such table here."""
+    if table.spec.paper_key is None or not paper.has(table.spec.paper_key):
+        return None
+    published = paper.table(table.spec.paper_key)
+    rows = []
+    for _, p in published.iterrows():
+        b, m = (p["dataset"], p["backbone"]), p["method"]
+        ran = b in table.benchmarks and m in table.methods and table.runs.at[b, m] > 0
+        ours_mean = table.mean.at[b, m] if ran else np.nan
+        ours_std = table.std.at[b, m] if ran else np.nan
+        diff = ours_mean - p["mean"]
+        z = diff / p["std"] if ran and np.isfinite(p["std"]) and p["std"] > 0 else np.nan
+        rows.append({"dataset": b[0], "backbone": b[1], "method": m, "paper_mean": p["mean"], "paper_std": p["std"],
+                     "ours_mean": ours_mean, "ours_std": ours_std,
+                     "runs": int(table.runs.at[b, m]) if ran else 0, "diff": diff, "z": z})
+    return ComparisonTable(table.spec, pd.DataFrame(rows))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Writers
+
+
+def latex_grid(header: Sequence[str], body: Sequence[Sequence[str]], caption: str, label: str,
+               numeric_from: int = 2) -> str:
+    """A booktabs table; a dataset name is written once for its consecutive rows."""
+    spec = "l" * numeric_from + "c" * (len(header) - numeric_from)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{latex_escape(caption)}}}",
+             rf"\label{{tab:{label}}}", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+             " & ".join(header) + r" \\", r"\midrule"]
+    previous = None
+    for row in body:
+        row = list(row)
+        if previous is not None and row[0] != previous:
+            lines.append(r"\addlinespace")
+        shown = "" if row[0] == previous else row[0]
+        previous = row[0]
+        lines.append(" & ".join([shown, *row[1:]]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def table_markdown(table: ResultTable | ComparisonTable) -> str:
+    if table.empty:
+        return f"_{NOT_RUN}: no results for this table._"
+    header, body = table.grid()
+    return to_markdown([table_block(header, body, numeric_from=2)]).strip()
+
+
+def table_latex(table: ResultTable | ComparisonTable, caption: str) -> str:
+    if table.empty:
+        return f"% {caption}: {NOT_RUN} (no results for this table)\n"
+    header, body = table.grid(latex=True)
+    return latex_grid(header, body, caption, table.spec.key + ("_vs_paper" if isinstance(table, ComparisonTable) else ""))
+
+
+def write_table(table: ResultTable | ComparisonTable, folder: Path, stem: str, caption: str) -> list[Path]:
+    """``stem``.md, .tex and .csv under ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"{stem}.md", folder / f"{stem}.tex", folder / f"{stem}.csv"]
+    paths[0].write_text(f"{caption}\n\n{table_markdown(table)}\n")
+    paths[1].write_text(table_latex(table, caption))
+    table.to_csv_frame().to_csv(paths[2], index=False, float_format="%.6g")
+    return paths
+
+
+__all__ = ["ABLATION_METHODS", "MAIN_METHODS", "NOT_RUN", "TABLE_SPECS", "ComparisonTable", "ResultTable",
+           "TableSpec", "benchmark_sort_key", "build_comparison", "build_result_table", "display_name",
+           "sorted_benchmarks", "table_latex", "table_markdown", "w_sweep_methods", "write_table"]

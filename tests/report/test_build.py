@@ -1,0 +1,57 @@
+"""The whole report: report.md and report.html from a study folder, complete or empty; the CLI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from simcalib.cli import main
+from simcalib.report import build_report
+
+from .synthetic import write_benchmark
+
+SMALL_THEORY = {"n_values": [4], "d_values": [64], "a_values": [1.0]}
+PAPER_DIR = Path(os.environ.get("SIMCALIB_PAPER_DIR", Path(__file__).resolve().parents[3] / "shared" / "paper"))
+
+
+@pytest.fixture(scope="module")
+def paper_dir() -> Path:
+    if not (PAPER_DIR / "table1_ece.csv").is_file():
+        pytest.skip(f"paper tables not found in {PAPER_DIR}")
+    return PAPER_DIR
+
+
+def test_report_of_a_partial_study_has_tables_tests_figures_and_theory(synthetic_study, tmp_path, paper_dir):
+    out = build_report(synthetic_study, tmp_path / "report", paper_dir, title="synthetic", theory_reps=50,
+                       theory_grid=SMALL_THEORY)
+    md = out.report_md.read_text()
+    for text in ("# synthetic", "Table 1: ECE", "ours vs paper", "not run (23.31)", "| paper Table 1 (recomputed) | 16 | 14 "
+                 "| 8 | 0.000763 | 10.4% |", "figures/reliability_uncal_vs_simcalib.png", "figures/feature_similarity.png",
+                 "figures/data_efficiency.png", "Paper's example", "Label rates present: 3.0%, 6.0%, 15.0%"):
+        assert text in md, text
+    html = out.report_html.read_text()
+    assert html.count("data:image/png;base64,") == 5  # four study figures and the theory figure
+    for stem in ("table1_ece", "table1_ece_vs_paper", "table3_ablation_ece", "table4_w_sweep_ece", "metric_kde_ece"):
+        for suffix in (".md", ".tex", ".csv"):
+            assert (out.folder / "tables" / f"{stem}{suffix}").is_file()
+    assert out.significance.paper["pvalue"] == pytest.approx(7.63e-4, abs=5e-7)
+
+
+def test_report_of_an_empty_folder_renders_with_notes(tmp_path):
+    (tmp_path / "empty").mkdir()
+    out = build_report(tmp_path / "empty", tmp_path / "report", paper_dir=tmp_path / "no_paper", theory_reps=20,
+                       theory_grid=SMALL_THEORY)
+    md = out.report_md.read_text()
+    assert "No results.csv found" in md and "comparisons are skipped" in md
+    assert "not available: no saved predictions" in md and "not run" in md
+
+
+def test_cli_writes_the_report_and_turns_user_errors_into_exit_2(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    write_benchmark(tmp_path / "quick", "Cora", "GCN", ["UnCal", "TS"], predictions=False)
+    assert main(["report", str(tmp_path / "quick"), "--out", str(tmp_path / "r"), "--theory-reps", "20",
+                 "--paper-dir", str(tmp_path / "no_paper")]) == 0
+    assert (tmp_path / "r" / "report.html").is_file()

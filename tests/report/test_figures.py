@@ -1,0 +1,65 @@
+"""Figures: the reliability panel, the grids from saved predictions, feature-distance groups, data efficiency."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simcalib.metrics import ece
+from simcalib.plots import reliability_diagram
+from simcalib.report import figures
+from simcalib.report.results import load_study_results
+
+from .synthetic import write_benchmark
+
+
+def test_reliability_diagram_draws_bin_accuracies_and_reports_the_ece():
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(3) * 0.5, 500)
+    labels = rng.integers(0, 3, 500)
+    ax = reliability_diagram(probs, labels, title="toy")
+    accuracy_bars = [p for p in ax.patches if p.get_label() != "gap to confidence"][:15]
+    assert ax.get_title() == "toy" and ax.get_xlabel() == "confidence"
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert f"ECE = {100 * ece(probs, labels):.2f}%" in texts
+    heights = sorted(b.get_height() for b in accuracy_bars)
+    assert heights[-1] <= 1.0 and heights[-1] > 0
+
+
+def test_pooled_stand_in_keeps_top1_confidence_and_correctness():
+    pooled = figures.PooledPredictions(np.array([0.3, 0.9, 0.6]), np.array([True, False, True]), runs=1)
+    probs, labels = pooled.as_probs()
+    np.testing.assert_allclose(probs.max(1), [0.3, 0.9, 0.6])
+    assert list(probs.argmax(1) == labels) == [True, False, True]
+
+
+def test_grids_and_figures_are_written_as_png_and_pdf(synthetic_study, tmp_path):
+    study = load_study_results(synthetic_study)
+    predictions = study.main_predictions()
+    for name, fig in (("rel", figures.reliability_grid(predictions)), ("conf", figures.confidence_grid(predictions)),
+                      ("eff", figures.data_efficiency_figure(study.rows))):
+        paths = figures.save_figure(fig, tmp_path, name)
+        assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_feature_groups_are_equal_sized_quantiles_of_the_distance(synthetic_study):
+    predictions = load_study_results(synthetic_study).main_predictions()
+    groups = figures.similarity_groups(predictions)
+    assert set(groups["group"]) == {1, 2, 3, 4, 5}
+    assert set(zip(groups["dataset"], groups["backbone"])) == {("Cora", "GCN")}  # Citeseer has no distances
+    one_run = groups[(groups["split"] == 0) & (groups["fold"] == 0) & (groups["calibrator"] == "UnCal")]
+    assert one_run.sort_values("group")["mean_distance"].is_monotonic_increasing
+    summary = figures.similarity_summary(groups)
+    uncal = summary[summary["calibrator"] == "UnCal"]
+    assert np.allclose(uncal["improvement"], 0.0)
+    # The synthetic SimCalib is overconfident where evidence is low (far nodes): UnCal worst far away too.
+    assert uncal.sort_values("group")["ece"].iloc[-1] > uncal.sort_values("group")["ece"].iloc[0]
+
+
+def test_missing_inputs_give_no_figure_instead_of_an_error(tmp_path):
+    write_benchmark(tmp_path / "a", "Cora", "GCN", ["UnCal", "GATS", "SimCalib"], feature_distance=False)
+    study = load_study_results(tmp_path)
+    assert figures.similarity_groups(study.predictions) is None  # no feature_distance arrays
+    assert figures.data_efficiency_figure(study.rows) is None  # a single label rate
+    assert figures.reliability_grid(study.predictions.iloc[0:0]) is None
+    assert figures.data_efficiency_figure(pd.DataFrame(columns=study.rows.columns)) is None

@@ -1,0 +1,56 @@
+"""Reading a study folder: nested results.csv files, duplicates, label rates, malformed input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simcalib.errors import DataCorruptError, DataMissingError, SimCalibError
+from simcalib.report.results import load_predictions, load_study_results
+
+from .synthetic import write_benchmark
+
+
+def test_every_results_file_below_the_folder_is_read_with_its_label_rate(synthetic_study):
+    study = load_study_results(synthetic_study)
+    assert set(study.rows["source"]) == {"Cora_GCN", "Citeseer_GAT", "efficiency/Cora_GCN_lr0.03",
+                                         "efficiency/Cora_GCN_lr0.06"}
+    assert study.main_label_rate == pytest.approx(0.15)
+    assert set(study.main_rows()["label_rate"]) == {0.15}
+    assert len(study.main_rows()) == 6 * 8 + 6 * 3
+    assert set(study.predictions["label_rate"]) == {0.15}
+    assert set(study.predictions["calibrator"]) >= {"SimCalib_w0.5", "SimCalib_l"}  # names with underscores
+
+
+def test_repeated_rows_are_counted_once(tmp_path):
+    write_benchmark(tmp_path / "a", "Cora", "GCN", ["UnCal"], predictions=False)
+    write_benchmark(tmp_path / "copy_of_a", "Cora", "GCN", ["UnCal"], predictions=False)
+    study = load_study_results(tmp_path)
+    assert len(study.rows) == 6 and any("counted once" in n for n in study.notes)
+
+
+def test_rows_with_nan_ece_are_left_out_with_a_note(tmp_path):
+    write_benchmark(tmp_path / "a", "Cora", "GCN", ["UnCal", "TS"], predictions=False)
+    frame = pd.read_csv(tmp_path / "a" / "results.csv")
+    frame.loc[0, "ece"] = np.nan
+    frame.to_csv(tmp_path / "a" / "results.csv", index=False)
+    study = load_study_results(tmp_path)
+    assert len(study.rows) == 11 and any("non-finite ECE" in n for n in study.notes)
+
+
+def test_malformed_and_missing_inputs_raise_user_errors(tmp_path):
+    with pytest.raises(DataMissingError):
+        load_study_results(tmp_path / "nowhere")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "results.csv").write_text("dataset,backbone\nCora,GCN\n")
+    with pytest.raises(DataCorruptError, match="missing column"):
+        load_study_results(tmp_path)
+    (tmp_path / "x.npz").write_bytes(b"not a zip")
+    with pytest.raises(SimCalibError):
+        load_predictions(tmp_path / "x.npz")
+
+
+def test_an_empty_folder_is_an_empty_study_with_a_note(tmp_path):
+    study = load_study_results(tmp_path)
+    assert study.rows.empty and study.predictions.empty and "No results.csv" in study.notes[0]

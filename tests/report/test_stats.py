@@ -1,0 +1,77 @@
+"""Significance tests: the paper's Wilcoxon number from its own Table 1, Holm, pairing by run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simcalib.report.paper import load_paper_tables
+from simcalib.report.stats import across_benchmarks, holm, paired_runs, relative_reduction, wilcoxon_pvalue
+
+PAPER_DIR = Path(os.environ.get("SIMCALIB_PAPER_DIR", Path(__file__).resolve().parents[3] / "shared" / "paper"))
+
+
+@pytest.fixture
+def paper_table1_means() -> pd.DataFrame:
+    if not (PAPER_DIR / "table1_ece.csv").is_file():
+        pytest.skip(f"paper tables not found in {PAPER_DIR} (set SIMCALIB_PAPER_DIR)")
+    paper = load_paper_tables(PAPER_DIR)
+    return paper.table("table1").pivot_table(index=["dataset", "backbone"], columns="method", values="mean")
+
+
+def test_wilcoxon_on_the_papers_table1_gives_the_published_p(paper_table1_means):
+    result = across_benchmarks(paper_table1_means, "SimCalib", "GATS")
+    assert result["n"] == 16 and result["wins"] == 14
+    assert result["pvalue"] == pytest.approx(7.63e-4, abs=5e-7)  # paper: p = 7.63 x 10^-4
+
+
+def test_relative_reduction_on_the_papers_table1_is_the_published_ten_point_four_percent(paper_table1_means):
+    result = across_benchmarks(paper_table1_means, "SimCalib", "GATS")
+    assert round(100 * result["relative_reduction"], 1) == 10.4
+
+
+def test_relative_reduction_is_the_mean_of_per_benchmark_ratios_not_the_ratio_of_means():
+    # (2-1)/2 = 0.5 and (10-9)/10 = 0.1 -> 0.3; the ratio of means would be 2/12.
+    assert relative_reduction([1.0, 9.0], [2.0, 10.0]) == pytest.approx(0.3)
+
+
+def test_holm_matches_hand_computed_step_down_values_and_ignores_nan():
+    adjusted = holm([0.01, 0.04, 0.03, np.nan])
+    # m = 3: 3 x 0.01 = 0.03; 2 x 0.03 = 0.06; max(0.06, 1 x 0.04) = 0.06.
+    np.testing.assert_allclose(adjusted[:3], [0.03, 0.06, 0.06])
+    assert np.isnan(adjusted[3])
+    np.testing.assert_allclose(holm([0.9, 0.8]), [1.0, 1.0])  # capped at 1, monotone
+
+
+def test_wilcoxon_is_undefined_for_too_few_or_identical_pairs():
+    assert np.isnan(wilcoxon_pvalue([1.0], [2.0])[1])
+    assert np.isnan(wilcoxon_pvalue([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])[1])
+
+
+def _runs(calibrator: str, ece: list[float], dataset: str = "Cora") -> pd.DataFrame:
+    keys = [(s, i, f) for s in range(2) for i in range(1) for f in range(3)]
+    return pd.DataFrame([{"dataset": dataset, "backbone": "GCN", "calibrator": calibrator, "split": s, "init": i,
+                          "fold": f, "ece": e} for (s, i, f), e in zip(keys, ece)])
+
+
+def test_paired_runs_pairs_by_split_init_fold_regardless_of_row_order():
+    simcalib = _runs("SimCalib", [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    gats = _runs("GATS", [1.5, 2.6, 3.7, 4.8, 5.9, 7.0]).iloc[::-1]  # reversed rows: pairing must not care
+    result = paired_runs(pd.concat([gats, simcalib]), "SimCalib", "GATS")
+    row = result.iloc[0]
+    assert row["pairs"] == 6 and row["wins"] == 6
+    assert row["mean_diff"] == pytest.approx(-np.mean([0.5, 0.6, 0.7, 0.8, 0.9, 1.0]))
+    assert row["pvalue"] == pytest.approx(2 / 2**6)  # exact two-sided test, all 6 differences negative
+
+
+def test_paired_runs_holm_corrects_over_benchmarks_and_skips_unpaired_runs():
+    rows = pd.concat([_runs("SimCalib", [1, 2, 3, 4, 5, 6]), _runs("GATS", [2, 3, 4, 5, 6, 7]),
+                      _runs("SimCalib", [1, 2, 3, 4, 5, 6], "Citeseer"), _runs("GATS", [2, 3, 4, 5, 6, 7], "Citeseer"),
+                      _runs("SimCalib", [1, 2, 3], "Photo")])  # Photo has no GATS runs: no pairs
+    result = paired_runs(rows, "SimCalib", "GATS")
+    assert list(result["dataset"]) == ["Cora", "Citeseer"]  # paper order, Photo absent
+    np.testing.assert_allclose(result["pvalue_holm"], 2 * result["pvalue"])

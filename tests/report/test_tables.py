@@ -1,0 +1,109 @@
+"""Tables: mean ± population std, bold best, 'not run' cells, paper-vs-ours in paper stds, three formats."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simcalib.report.paper import LONG_COLUMNS, PaperTables, load_paper_tables, w_method
+from simcalib.report.tables import (
+    NOT_RUN,
+    TABLE_SPECS,
+    build_comparison,
+    build_result_table,
+    display_name,
+    table_latex,
+    table_markdown,
+    w_sweep_methods,
+    write_table,
+)
+
+SPEC = {s.key: s for s in TABLE_SPECS}
+
+
+def _rows() -> pd.DataFrame:
+    records = []
+    for method, values in {"UnCal": [10.0, 12.0, 14.0], "GATS": [3.0, 4.0, 5.0], "SimCalib": [2.0, 3.0, 7.0]}.items():
+        for fold, v in enumerate(values):
+            records.append({"dataset": "Cora", "backbone": "GCN", "calibrator": method, "split": 0, "init": 0,
+                            "fold": fold, "ece": v, "nll": v / 10})
+    records.append({"dataset": "Citeseer", "backbone": "GAT", "calibrator": "UnCal", "split": 0, "init": 0, "fold": 0,
+                    "ece": 8.0, "nll": 0.8})
+    return pd.DataFrame(records)
+
+
+def test_result_table_has_mean_population_std_and_runs():
+    table = build_result_table(_rows(), SPEC["table1_ece"])
+    b = ("Cora", "GCN")
+    assert table.mean.at[b, "SimCalib"] == pytest.approx(4.0)
+    assert table.std.at[b, "SimCalib"] == pytest.approx(np.std([2.0, 3.0, 7.0], ddof=0))
+    assert table.runs.at[b, "SimCalib"] == 3 and table.runs.at[b, "TS"] == 0
+    assert table.benchmarks == [("Cora", "GCN"), ("Citeseer", "GAT")]  # paper order, not alphabetical
+
+
+def test_missing_methods_render_as_not_run_and_the_lowest_mean_is_bold():
+    table = build_result_table(_rows(), SPEC["table1_ece"])
+    md = table_markdown(table)
+    cora = next(line for line in md.splitlines() if line.startswith("| Cora"))
+    assert "**4.00 ± 2.16**" in cora and "**4.00 ± 0.82**" in cora  # SimCalib and GATS tie at 4.00: both bold
+    assert "**12.00" not in cora
+    citeseer = next(line for line in md.splitlines() if line.startswith("| Citeseer"))
+    assert citeseer.count(NOT_RUN) == 6 and "**8.00 ± 0.00**" in citeseer
+
+
+def test_latex_is_booktabs_with_bold_math_and_not_run():
+    latex = table_latex(build_result_table(_rows(), SPEC["table1_ece"]), "Table 1")
+    for token in (r"\toprule", r"\midrule", r"\bottomrule", r"\mathbf{4.00 \pm 0.82}", r"\textit{not run}"):
+        assert token in latex
+    assert "±" not in latex
+
+
+def test_empty_results_give_a_not_run_table_not_an_error(tmp_path):
+    empty = pd.DataFrame(columns=["dataset", "backbone", "calibrator", "split", "init", "fold", "ece"])
+    table = build_result_table(empty, SPEC["table3_ablation_ece"])
+    assert table.empty and NOT_RUN in table_markdown(table)
+    paths = write_table(table, tmp_path, "t3", "Table 3")
+    assert all(p.is_file() for p in paths)
+
+
+def _paper(rows: list[tuple]) -> PaperTables:
+    return PaperTables(None, pd.DataFrame(rows, columns=LONG_COLUMNS))
+
+
+def test_comparison_expresses_differences_in_paper_standard_deviations():
+    paper = _paper([("table1", "Cora", "GCN", "SimCalib", "ece", 3.32, 0.99),
+                    ("table1", "Cora", "GCN", "TS", "ece", 3.92, 1.29),
+                    ("table1", "Pubmed", "GCN", "SimCalib", "ece", 0.93, 0.32)])
+    comparison = build_comparison(build_result_table(_rows(), SPEC["table1_ece"]), paper)
+    row = comparison.long.set_index(["dataset", "method"]).loc[("Cora", "SimCalib")]
+    assert row["z"] == pytest.approx((4.0 - 3.32) / 0.99)
+    assert comparison.long.set_index(["dataset", "method"]).loc[("Cora", "TS"), "runs"] == 0
+    md = table_markdown(comparison)
+    assert "4.00 vs 3.32 (+0.69σ)" in md and f"{NOT_RUN} (3.92)" in md and f"{NOT_RUN} (0.93)" in md
+
+
+def test_comparison_without_paper_std_says_n_a():
+    paper = _paper([("table2", "Cora", "GCN", "UnCal", "ace", 16.23, np.nan)])
+    rows = _rows().assign(ace=lambda f: f["ece"])
+    comparison = build_comparison(build_result_table(rows, SPEC["table2_ace"]), paper)
+    assert "(n/a)" in table_markdown(comparison)
+
+
+def test_w_sweep_columns_come_from_results_names_and_the_paper_in_w_order():
+    rows = pd.DataFrame([{"dataset": "CoraFull", "backbone": "GCN", "calibrator": name, "split": 0, "init": 0,
+                          "fold": 0, "ece": 3.0} for name in ("SimCalib_w0.9", "SimCalib_w0.5", "SimCalib")])
+    paper = _paper([("table4", "CoraFull", "GCN", w_method(0.6), "ece", 3.22, 0.74)])
+    table = build_result_table(rows, SPEC["table4_w_sweep_ece"], paper)
+    assert table.methods == ["SimCalib_w0.5", "SimCalib_w0.6", "SimCalib_w0.9"]
+    assert w_sweep_methods(["SimCalib_w0.8", "GATS", "SimCalib_w0.6"]) == ["SimCalib_w0.6", "SimCalib_w0.8"]
+    assert display_name("SimCalib_w0.5") == "w=0.5" and display_name("SimCalib_l", latex=True) == r"SimCalib$_{l}$"
+
+
+def test_paper_tables_load_to_results_names(tmp_path):
+    missing = load_paper_tables(tmp_path / "nowhere")
+    assert missing.long.empty and any("does not exist" in n for n in missing.notes)
+    (tmp_path / "table4_w_sweep_corafull.csv").write_text("backbone,w,ece_mean,ece_std\nGCN,0.6,3.22,0.74\n")
+    paper = load_paper_tables(tmp_path)
+    assert list(paper.table("table4")["method"]) == ["SimCalib_w0.6"]
+    assert any("table1_ece.csv is absent" in n for n in paper.notes)
