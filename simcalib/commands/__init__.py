@@ -8,5 +8,6 @@ their command functions, so importing the library never imports Prefect, MLflow 
 COMMAND_MODULES = [
     "simcalib.commands.benchmark",
     "simcalib.commands.data",
+    "simcalib.commands.tune",
     # Later command groups register here: study (flows), tune (flows), report, ui.
 ]
