@@ -9,5 +9,6 @@ COMMAND_MODULES = [
     "simcalib.commands.benchmark",
     "simcalib.commands.data",
     "simcalib.commands.tune",
+    "simcalib.commands.report",
     # Later command groups register here: study (flows), tune (flows), report, ui.
 ]

@@ -136,7 +136,9 @@ def make_figures(study: StudyResults, out_dir: Path) -> FigureSet:
         figs.reliability_grid(predictions), no_predictions)
     add("confidence_distributions", "Confidence distributions, UnCal vs SimCalib per benchmark",
         figs.confidence_grid(predictions), no_predictions)
-    add("data_efficiency", "ECE against the calibration label rate (UnCal dashed)",
+    add("data_efficiency", "ECE against the label rate (UnCal dashed). The label rate sets the whole labelled set "
+        "(backbone training folds and calibration fold), whereas the paper reuses one backbone and varies the "
+        "calibration data only",
         figs.data_efficiency_figure(study.rows),
         "not available: no benchmark has results at two or more label rates (run study/data_efficiency.yaml)")
     groups = figs.similarity_groups(predictions)

@@ -55,3 +55,13 @@ def test_cli_writes_the_report_and_turns_user_errors_into_exit_2(tmp_path, capsy
     assert main(["report", str(tmp_path / "quick"), "--out", str(tmp_path / "r"), "--theory-reps", "20",
                  "--paper-dir", str(tmp_path / "no_paper")]) == 0
     assert (tmp_path / "r" / "report.html").is_file()
+
+
+def test_a_study_file_resolves_to_its_output_folder_and_name(tmp_path):
+    from simcalib.commands.report import resolve_source
+
+    study = tmp_path / "tiny.yaml"
+    study.write_text(f"name: tiny\nbenchmarks: {{datasets: [Cora], backbones: [GCN]}}\ncalibrators: [UnCal]\n"
+                     f"output: {tmp_path / 'out'}\n")
+    assert resolve_source(str(study)) == (tmp_path / "out", "tiny")
+    assert resolve_source(str(tmp_path)) == (tmp_path, tmp_path.name)

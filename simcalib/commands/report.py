@@ -1,0 +1,78 @@
+"""``simcalib report RESULTS_DIR_OR_STUDY``: the paper's tables, tests, figures and theory check as a report.
+
+The source is a results folder (every ``results.csv`` below it is read) or a study file, which resolves to
+its output folder. The report goes to ``--out`` (default ``reports/<name>``). ``--flow`` runs the same steps
+as the Prefect flow ``report``; either way the folder is logged to MLflow when ``--tracking-uri`` or
+``$MLFLOW_TRACKING_URI`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from simcalib.errors import ConfigError, DataMissingError
+
+
+def register(sub) -> None:
+    report = sub.add_parser("report", help="tables, significance tests, figures and theory check of a study's results",
+                            description="Build report.md and report.html (figures inline) from results files; "
+                                        "never retrains.")
+    report.add_argument("source", metavar="RESULTS_DIR_OR_STUDY",
+                        help="a results folder (all results.csv below it) or a study YAML file")
+    report.add_argument("--out", default=None, help="output folder (default: reports/<study or folder name>)")
+    report.add_argument("--paper-dir", default=None,
+                        help="folder of the paper's table*.csv (default: $SIMCALIB_PAPER_DIR; absent: comparison skipped)")
+    report.add_argument("--title", default=None, help="report title")
+    report.add_argument("--theory-reps", type=int, default=2000,
+                        help="Monte-Carlo replicates per cell of the Theorem 1 check (default 2000)")
+    report.add_argument("--seed", type=int, default=10, help="seed of the Monte-Carlo check (default 10)")
+    report.add_argument("--flow", action="store_true", help="run as the Prefect flow `report`")
+    report.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI to log the report to (default: $MLFLOW_TRACKING_URI; unset: no logging)")
+    report.set_defaults(func=run)
+
+
+def resolve_source(source: str) -> tuple[Path, str]:
+    """(results folder, report name) of a results folder or a study file."""
+    path = Path(source)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return study_output(path)
+    if not path.exists():
+        raise DataMissingError(f"{source} does not exist; pass a results folder (the --out of `simcalib benchmark`) "
+                               "or a study YAML file")
+    name = path.parent.name if path.is_file() else path.resolve().name
+    return path, name
+
+
+def study_output(path: Path) -> tuple[Path, str]:
+    """A study file's output folder and name, read with the study schema (:mod:`simcalib.study`)."""
+    from simcalib.study import load_study
+
+    study = load_study(path)
+    return study.output, study.name
+
+
+def run(args: argparse.Namespace) -> int:
+    results_dir, name = resolve_source(args.source)
+    out = Path(args.out or Path("reports") / name)
+    if args.theory_reps < 10:
+        raise ConfigError("--theory-reps must be at least 10")
+    title = args.title or f"SimCalib study report: {name}"
+    if args.flow:
+        from flows.report import report_flow
+
+        md = Path(report_flow(str(results_dir), str(out), args.paper_dir, title, args.theory_reps, args.seed,
+                              args.tracking_uri))
+    else:
+        from simcalib.report import build_report
+
+        md = build_report(results_dir, out, args.paper_dir, title, args.theory_reps, args.seed).report_md
+        if args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"):
+            from flows.report import log_report_to_mlflow
+
+            run_id = log_report_to_mlflow(str(out), args.tracking_uri, name)
+            print(f"logged to MLflow run {run_id}")
+    print(f"report: {md}\nhtml:   {md.with_suffix('.html')}")
+    return 0
