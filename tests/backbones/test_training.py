@@ -1,0 +1,99 @@
+import dataclasses
+
+import pytest
+import torch
+
+from simcalib.backbones import BackboneCache, BackboneConfig, cache_key, train_backbone
+from simcalib.backbones.models import GAT, GCN
+from simcalib.backbones.training import graph_inputs
+from simcalib.errors import TrainingDivergedError, UnknownNameError
+
+
+def _idx(graph):
+    """A fixed random third of the nodes for training and another for validation (every class in both)."""
+    perm = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(0))
+    third = graph.num_nodes // 3
+    return perm[:third], perm[third:2 * third]
+
+
+@pytest.mark.parametrize("name,cls", [("GCN", GCN), ("GAT", GAT)])
+def test_models_return_logits_and_first_layer_representation(sbm_graph, name, cls):
+    x, adj = graph_inputs(sbm_graph, name, torch.device("cpu"))
+    model = cls(sbm_graph.num_features, sbm_graph.num_classes).eval()
+    logits, hidden = model(x, adj)
+    assert logits.shape == (sbm_graph.num_nodes, sbm_graph.num_classes)
+    assert hidden.shape == (sbm_graph.num_nodes, 64)
+
+
+def test_gcn_matches_torch_geometric_gcnconv(sbm_graph):
+    from torch_geometric.nn import GCNConv
+
+    x, adj = graph_inputs(sbm_graph, "GCN", torch.device("cpu"))
+    ours = GCN(sbm_graph.num_features, sbm_graph.num_classes).eval()
+    conv1, conv2 = GCNConv(sbm_graph.num_features, 64), GCNConv(64, sbm_graph.num_classes)
+    with torch.no_grad():
+        conv1.lin.weight.copy_(ours.weight1.t())
+        conv1.bias.copy_(ours.bias1)
+        conv2.lin.weight.copy_(ours.weight2.t())
+        conv2.bias.copy_(ours.bias2)
+    dense_x = sbm_graph.x.to_dense()
+    hidden_ref = torch.relu(conv1(dense_x, sbm_graph.edge_index))
+    logits_ref = conv2(hidden_ref, sbm_graph.edge_index)
+    logits, hidden = ours(x, adj)
+    assert torch.allclose(hidden, hidden_ref, atol=1e-5)
+    assert torch.allclose(logits, logits_ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["GCN", "GAT"])
+def test_training_is_deterministic_and_learns(sbm_graph, name):
+    train, val = _idx(sbm_graph)
+    config = BackboneConfig(name, max_epochs=80, patience=30)
+    a = train_backbone(sbm_graph, train, val, config, seed=5, device="cpu")
+    b = train_backbone(sbm_graph, train, val, config, seed=5, device="cpu")
+    c = train_backbone(sbm_graph, train, val, config, seed=6, device="cpu")
+    assert torch.equal(a.logits, b.logits) and torch.equal(a.hidden, b.hidden)
+    assert not torch.equal(a.logits, c.logits)
+    assert a.val_accuracy > 0.6  # 3 well-separated blocks
+    assert 0 <= a.best_epoch < a.epochs <= 80
+
+
+def test_early_stopping_stops_before_max_epochs(sbm_graph):
+    train, val = _idx(sbm_graph)
+    out = train_backbone(sbm_graph, train, val, BackboneConfig("GCN", max_epochs=2000, patience=5), seed=0, device="cpu")
+    assert out.epochs < 2000
+
+
+def test_nan_features_raise_a_clear_error(sbm_graph):
+    bad = dataclasses.replace(sbm_graph, x=torch.full((sbm_graph.num_nodes, sbm_graph.num_features), float("nan")).to_sparse_csr())
+    train, val = _idx(bad)
+    with pytest.raises(TrainingDivergedError, match="diverged"):
+        train_backbone(bad, train, val, BackboneConfig("GCN", max_epochs=5), seed=0, device="cpu")
+
+
+def test_unknown_backbone_lists_valid_names():
+    with pytest.raises(UnknownNameError, match="GCN, GAT"):
+        BackboneConfig("sage")
+
+
+def test_cache_round_trip_and_key_sensitivity(sbm_graph, tmp_path):
+    train, val = _idx(sbm_graph)
+    config = BackboneConfig("GCN", max_epochs=10)
+    out = train_backbone(sbm_graph, train, val, config, seed=1, device="cpu")
+    cache = BackboneCache(tmp_path)
+    key = cache_key("SBM", config, 0, 0, 0, 1, train, val)
+    assert cache.load("SBM", "GCN", key) is None
+    cache.save("SBM", "GCN", key, out)
+    loaded = cache.load("SBM", "GCN", key)
+    assert torch.equal(loaded.logits, out.logits) and loaded.best_epoch == out.best_epoch
+    assert key != cache_key("SBM", config, 0, 0, 0, 2, train, val)  # seed
+    assert key != cache_key("SBM", dataclasses.replace(config, lr=0.02), 0, 0, 0, 1, train, val)  # settings
+    assert key != cache_key("SBM", config, 0, 0, 0, 1, train[1:], val)  # split indices
+
+
+def test_corrupt_cache_entry_is_ignored(sbm_graph, tmp_path):
+    cache = BackboneCache(tmp_path)
+    path = cache.path("SBM", "GCN", "abc")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"garbage")
+    with pytest.warns(UserWarning, match="recomputed"):
+        assert cache.load("SBM", "GCN", "abc") is None

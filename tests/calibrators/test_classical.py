@@ -1,0 +1,66 @@
+import pytest
+import torch
+
+from simcalib.calibrators import ETS, TS, VS, CalibrationGraph, UnCal, build_calibrator
+from simcalib.errors import ConfigError
+
+
+def synthetic_graph(temperature: float = 3.0, n: int = 600, k: int = 4, seed: int = 0) -> CalibrationGraph:
+    """Labels drawn from softmax(z / temperature): TS should recover the temperature."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, k, generator=g) * 4
+    y = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=g).squeeze(1)
+    edge_index = torch.stack([torch.arange(n - 1), torch.arange(1, n)])
+    edge_index = torch.cat([edge_index, edge_index.flip(0)], 1)
+    perm = torch.randperm(n, generator=g)
+    return CalibrationGraph.from_run(logits, torch.randn(n, 8, generator=g), edge_index, y, perm[:200], perm[200:400])
+
+
+def test_ts_recovers_the_generating_temperature():
+    graph = synthetic_graph(temperature=3.0)
+    ts = TS(graph.num_classes).fit(graph)
+    assert ts.temperature(graph).item() == pytest.approx(3.0, rel=0.25)
+
+
+@pytest.mark.parametrize("cls", [UnCal, TS, VS, ETS])
+def test_outputs_are_probabilities_and_deterministic(cls):
+    graph = synthetic_graph()
+    torch.manual_seed(0)
+    p1 = cls(graph.num_classes).fit(graph).predict_proba(graph)
+    torch.manual_seed(0)
+    p2 = cls(graph.num_classes).fit(graph).predict_proba(graph)
+    assert torch.allclose(p1.sum(1), torch.ones(graph.num_nodes), atol=1e-5)
+    assert (p1 >= 0).all() and torch.isfinite(p1).all()
+    assert torch.equal(p1, p2)
+
+
+@pytest.mark.parametrize("cls", [UnCal, TS, ETS])
+def test_accuracy_preserving_calibrators_keep_the_argmax(cls):
+    graph = synthetic_graph(temperature=0.5)
+    probs = cls(graph.num_classes).fit(graph).predict_proba(graph)
+    assert cls.accuracy_preserving
+    assert torch.equal(probs.argmax(1), graph.logits.argmax(1))
+
+
+def test_vs_is_flagged_as_not_accuracy_preserving():
+    assert VS.accuracy_preserving is False
+
+
+def test_ets_weights_lie_on_the_simplex_and_favour_ts_when_ts_is_right():
+    graph = synthetic_graph(temperature=3.0)
+    ets = ETS(graph.num_classes).fit(graph)
+    w = ets.weights
+    assert (w >= 0).all() and w.sum().item() == pytest.approx(1.0)
+    assert w[0] > w[1]
+
+
+def test_fit_refuses_nodes_with_hidden_labels():
+    graph = synthetic_graph()
+    test_nodes = torch.arange(graph.num_nodes)[graph.labels < 0][:10]
+    with pytest.raises(ConfigError, match="hidden"):
+        TS(graph.num_classes).fit(graph, fit_idx=test_nodes)
+
+
+def test_build_calibrator_rejects_unknown_options():
+    with pytest.raises(ConfigError, match="invalid options for calibrator TS"):
+        build_calibrator("ts", 3, temperature_init=2)

@@ -1,0 +1,137 @@
+"""Shared test set-up: offline/quiet environment, paths to ../shared, small synthetic graphs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("SIMCALIB_SHARED_DIR", PROJECT_ROOT.parent / "shared"))
+MIRROR = SHARED / "datasets" / "pyg"
+SPLITS = SHARED / "datasets" / "splits"
+PAPER = SHARED / "paper"
+
+# Offline and quiet (../shared/STACK.md); test runs keep Prefect's home inside the project.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "true")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+os.environ.setdefault("MPLCONFIGDIR", str(PROJECT_ROOT / ".cache" / "matplotlib"))
+os.environ.setdefault("SIMCALIB_OFFLINE", "1")  # never wait on a download in tests
+
+requires_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason=f"dataset mirror {MIRROR} not present")
+requires_splits = pytest.mark.skipif(not SPLITS.is_dir(), reason=f"fixed splits {SPLITS} not present")
+
+
+@pytest.fixture(scope="session")
+def mirror_dir() -> Path:
+    if not MIRROR.is_dir():
+        pytest.skip(f"dataset mirror {MIRROR} not present")
+    return MIRROR
+
+
+@pytest.fixture(scope="session")
+def splits_dir() -> Path:
+    if not SPLITS.is_dir():
+        pytest.skip(f"fixed splits {SPLITS} not present")
+    return SPLITS
+
+
+def make_sbm_graph(num_nodes: int = 90, num_classes: int = 3, num_features: int = 24, seed: int = 0,
+                   p_in: float = 0.15, p_out: float = 0.01):
+    """A small stochastic-block-model graph with class-correlated sparse features (a GraphData)."""
+    from simcalib.data.loading import GraphData
+
+    rng = np.random.default_rng(seed)
+    y = np.arange(num_nodes) % num_classes
+    same = y[:, None] == y[None, :]
+    upper = np.triu(rng.random((num_nodes, num_nodes)) < np.where(same, p_in, p_out), 1)
+    adj = upper | upper.T
+    row, col = np.nonzero(adj)
+    centers = rng.random((num_classes, num_features)) < 0.3
+    x = ((rng.random((num_nodes, num_features)) < 0.1) | (centers[y] & (rng.random((num_nodes, num_features)) < 0.7)))
+    x = x.astype(np.float32)
+    x /= np.clip(x.sum(1, keepdims=True), 1e-12, None)
+    return GraphData(
+        name="SBM",
+        x=torch.from_numpy(x).to_sparse_csr(),
+        edge_index=torch.from_numpy(np.stack([row, col])).long(),
+        y=torch.from_numpy(y).long(),
+        num_classes=num_classes,
+        source="synthetic",
+    )
+
+
+@pytest.fixture
+def sbm_graph():
+    return make_sbm_graph()
+
+
+@pytest.fixture(scope="session")
+def tiny_protocol(tmp_path_factory, mirror_dir, splits_dir):
+    """Protocol settings for fast real-data checks: Cora with the fixed splits, backbones capped at 20
+    epochs and cached in a session folder (shared by the tests that use it). Single-threaded torch: on
+    small graphs and shared cores, a second intra-op thread makes each step many times slower."""
+    from simcalib.protocol import ProtocolSettings
+
+    torch.set_num_threads(1)
+
+    return ProtocolSettings(mirror=str(mirror_dir), splits_dir=str(splits_dir),
+                            cache_dir=str(tmp_path_factory.mktemp("backbones")), device="cpu",
+                            backbone_overrides=(("max_epochs", 20),))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Headless Chromium, for checks that a web UI (MLflow, Optuna dashboard) really renders in a browser.
+# Needs the `chromium` package (Debian: apt-get install -y chromium); tests using it are skipped without it.
+
+ARTIFACTS = PROJECT_ROOT / "test-artifacts"  # screenshots and other files a person may want to look at
+
+
+class HeadlessChromium:
+    """Runs Chromium's own headless mode (no driver needed): the rendered DOM or a PNG of a page, after
+    ``wait_ms`` of virtual time so single-page apps can fetch and render their data."""
+
+    def __init__(self, binary: str, profile_root: Path):
+        self.binary = binary
+        self.profile_root = profile_root
+
+    def _run(self, url: str, *flags: str, wait_ms: int, timeout: float) -> subprocess.CompletedProcess:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(dir=self.profile_root) as profile:  # one profile per call: no lock clashes
+            command = [self.binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                       "--no-first-run", "--hide-scrollbars", f"--user-data-dir={profile}",
+                       f"--virtual-time-budget={wait_ms}", *flags, url]
+            return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=True)
+
+    def dom(self, url: str, wait_ms: int = 15000, timeout: float = 120) -> str:
+        return self._run(url, "--dump-dom", wait_ms=wait_ms, timeout=timeout).stdout
+
+    def screenshot(self, url: str, path: Path, size: tuple[int, int] = (1400, 1000), wait_ms: int = 15000,
+                   timeout: float = 120) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._run(url, f"--screenshot={path}", f"--window-size={size[0]},{size[1]}", wait_ms=wait_ms, timeout=timeout)
+        return path
+
+
+@pytest.fixture(scope="session")
+def chromium(tmp_path_factory) -> HeadlessChromium:
+    import shutil
+
+    binary = next((found for name in ("chromium", "chromium-browser", "google-chrome")
+                   if (found := shutil.which(name))), None)
+    if binary is None:
+        pytest.skip("headless Chromium is not installed (Debian: apt-get install -y chromium)")
+    return HeadlessChromium(binary, tmp_path_factory.mktemp("chromium"))
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS

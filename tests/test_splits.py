@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+
+from simcalib.errors import ConfigError, DataCorruptError
+from simcalib.splits import find_split_file, generate_split, get_split, load_split_file
+
+LABELS = np.repeat(np.arange(5), [40, 61, 17, 120, 33])
+
+
+def test_generated_split_is_stratified_disjoint_and_follows_the_rule():
+    split = generate_split(LABELS, seed=3)
+    everything = np.concatenate([*split.folds, split.test])
+    assert len(np.unique(everything)) == len(everything), "folds and test overlap"
+    counts = np.bincount(LABELS)
+    labelled = split.labelled()
+    for c, n in enumerate(counts):
+        assert (LABELS[labelled] == c).sum() == int(0.05 * 3 * n)
+        remaining = n - int(0.05 * 3 * n)
+        assert (LABELS[split.test] == c).sum() == int(0.85 * remaining)
+
+
+def test_generated_split_is_deterministic_in_its_seed():
+    a, b, c = generate_split(LABELS, 1), generate_split(LABELS, 1), generate_split(LABELS, 2)
+    assert all(np.array_equal(x, y) for x, y in zip(a.folds, b.folds)) and np.array_equal(a.test, b.test)
+    assert not np.array_equal(a.test, c.test)
+
+
+def test_fold_indices_use_one_fold_for_calibration_and_the_rest_for_training():
+    split = generate_split(LABELS, seed=0)
+    train, cal, test = split.fold_indices(1)
+    assert set(cal) == set(split.folds[1])
+    assert set(train) == set(split.folds[0]) | set(split.folds[2])
+    with pytest.raises(ConfigError):
+        split.fold_indices(3)
+
+
+@pytest.mark.parametrize("rate", [0.01, 0.05, 0.15])
+def test_other_label_rates_are_supported(rate):
+    labels = np.repeat(np.arange(4), 500)
+    split = generate_split(labels, seed=0, fold_rate=rate / 3)
+    assert len(split.labelled()) == 4 * int(rate / 3 * 3 * 500)
+
+
+def test_invalid_rates_are_rejected():
+    with pytest.raises(ConfigError):
+        generate_split(LABELS, 0, fold_rate=0.4, n_folds=3)
+
+
+@pytest.mark.parametrize("dataset", ["Cora", "Citeseer", "Photo"])
+def test_generated_splits_have_the_per_class_fold_sizes_of_the_fixed_files(dataset, splits_dir, mirror_dir, tmp_path):
+    from simcalib.data import load_dataset
+
+    labels = load_dataset(dataset, root=tmp_path, mirror=mirror_dir).y.numpy()
+    fixed = get_split(dataset, labels, 0, 10, splits_dir)
+    assert fixed.source.endswith("split_0.npz")
+    generated = generate_split(labels, seed=123)
+    for f_fixed, f_gen in zip(fixed.folds, generated.folds):
+        # the round-robin deal gives the same per-class counts whatever the draw
+        assert np.array_equal(np.bincount(labels[f_fixed], minlength=labels.max() + 1),
+                              np.bincount(labels[f_gen], minlength=labels.max() + 1))
+    assert np.array_equal(np.bincount(labels[fixed.test]), np.bincount(labels[generated.test]))
+
+
+def test_fixed_files_are_used_only_for_their_protocol(splits_dir):
+    assert find_split_file(splits_dir, "cora", 0, "5_3f_85") is not None  # case-insensitive dataset folder
+    assert find_split_file(splits_dir, "Cora", 0, "1_3f_85") is None  # other label rate: generated instead
+    assert find_split_file(splits_dir / "gats_5_3f_85", "Cora", 4, "5_3f_85") is not None
+
+
+def test_a_split_file_for_another_graph_is_reported(tmp_path):
+    path = tmp_path / "split_0.npz"
+    np.savez(path, fold0=np.array([0, 1]), fold1=np.array([2]), fold2=np.array([3]), test=np.array([500]))
+    with pytest.raises(DataCorruptError, match="another graph"):
+        load_split_file(path, num_nodes=100)
+    path.write_bytes(b"not a zip")
+    with pytest.raises(DataCorruptError, match="unreadable"):
+        load_split_file(path, num_nodes=100)
