@@ -23,11 +23,12 @@ def _new_axes(figsize: tuple[float, float] = (4.0, 4.0)) -> Axes:
 
 
 def reliability_diagram(probs, labels, ax: Axes | None = None, title: str | None = None,
-                        n_bins: int = N_BINS, color: str = "tab:blue") -> Axes:
+                        n_bins: int = N_BINS, color: str = "tab:blue", legend: bool = True) -> Axes:
     """Reliability diagram of predictions ``probs`` [N, K] with ``labels`` [N]; returns the Axes.
 
-    Bars: accuracy per bin (empty bins are blank); red hatched bars: the gap between accuracy and mean
-    confidence; dashed line: perfect calibration. The legend gives the ECE (%) of the predictions.
+    Bars: accuracy per bin (empty bins are blank); red hatching: the gap between a bin's accuracy and its
+    mean confidence (above the bar when overconfident, inside it when underconfident); dashed line:
+    perfect calibration. The ECE (%) is in the legend, or appended to the title when ``legend=False``.
     """
     ax = ax if ax is not None else _new_axes()
     bins = reliability_bins(probs, labels, n_bins)
@@ -36,19 +37,22 @@ def reliability_diagram(probs, labels, ax: Axes | None = None, title: str | None
     filled = bins.count > 0
     accuracy = np.where(filled, bins.accuracy, 0.0)
     confidence = np.where(filled, bins.confidence, 0.0)
+    ece_pct = 100 * ece(probs, labels, n_bins)
     ax.bar(centers, accuracy, width=width, color=color, edgecolor="black", linewidth=0.5, label="accuracy")
-    ax.bar(centers[filled], (confidence - accuracy)[filled], bottom=accuracy[filled], width=width,
-           color="tab:red", alpha=0.3, edgecolor="tab:red", hatch="//", linewidth=0.5, label="gap to confidence")
+    low, high = np.minimum(accuracy, confidence)[filled], np.maximum(accuracy, confidence)[filled]
+    ax.bar(centers[filled], high - low, bottom=low, width=width, fill=False, hatch="////", edgecolor="tab:red",
+           linewidth=0.0, label="gap to mean confidence")
     ax.plot([0, 1], [0, 1], linestyle="--", color="gray", linewidth=1, label="perfect calibration")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_xlabel("confidence")
     ax.set_ylabel("accuracy")
     ax.set_aspect("equal")
-    ax.plot([], [], " ", label=f"ECE = {100 * ece(probs, labels, n_bins):.2f}%")
-    ax.legend(loc="upper left", fontsize="x-small", frameon=False)
-    if title:
-        ax.set_title(title)
+    if legend:
+        ax.plot([], [], " ", label=f"ECE = {ece_pct:.2f}%")
+        ax.legend(loc="upper left", fontsize="x-small", frameon=False)
+    if title or not legend:
+        ax.set_title(f"{title}\nECE {ece_pct:.2f}%" if not legend and title else (title or f"ECE {ece_pct:.2f}%"))
     return ax
 
 

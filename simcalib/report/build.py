@@ -140,7 +140,8 @@ def make_figures(study: StudyResults, out_dir: Path) -> FigureSet:
         "(backbone training folds and calibration fold), whereas the paper reuses one backbone and varies the "
         "calibration data only",
         figs.data_efficiency_figure(study.rows),
-        "not available: no benchmark has results at two or more label rates (run study/data_efficiency.yaml)")
+        "not available: no benchmark has results at two or more label rates (run the study files in "
+        "study/data_efficiency/ and report on results/data_efficiency)")
     groups = figs.similarity_groups(predictions)
     summary = figs.similarity_summary(groups) if groups is not None else None
     add("feature_similarity", "Group ECE by feature distance to the nearest prototype (bars) and improvement over "

@@ -101,17 +101,20 @@ def _blank(ax, text: str) -> None:
 
 
 def reliability_grid(predictions: pd.DataFrame, methods: Sequence[str] = ("UnCal", "SimCalib")) -> Figure | None:
-    """One column per benchmark (wrapped every 4), one row per method; None without any prediction file."""
+    """Per benchmark a row of panels, one per method, two benchmarks side by side; None without predictions."""
     found = predictions[predictions["calibrator"].isin(methods)]
     if found.empty:
         return None
     benchmarks = sorted_benchmarks(zip(found["dataset"], found["backbone"]))
-    fig, axes = _grid(len(benchmarks), len(methods), (3.2, 3.3))
+    per_row = min(len(benchmarks), 2)
+    rows = int(np.ceil(len(benchmarks) / per_row))
+    fig = Figure(figsize=(3.3 * per_row * len(methods), 3.4 * rows + 0.6), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(rows, per_row * len(methods), squeeze=False))
     colors = _palette(methods)
     for i, b in enumerate(benchmarks):
-        block, col = divmod(i, PANEL_COLUMNS)
+        row, slot = divmod(i, per_row)
         for j, method in enumerate(methods):
-            ax = axes[block * len(methods) + j, col]
+            ax = axes[row, slot * len(methods) + j]
             paths = found[(found["dataset"] == b[0]) & (found["backbone"] == b[1]) & (found["calibrator"] == method)]
             pooled = pool_predictions(list(paths["path"]))
             title = f"{b[0]} {b[1]}: {method}"
@@ -120,11 +123,24 @@ def reliability_grid(predictions: pd.DataFrame, methods: Sequence[str] = ("UnCal
                 ax.set_title(title, fontsize="small")
                 continue
             probs, labels = pooled.as_probs()
-            reliability_diagram(probs, labels, ax=ax, title=f"{title} ({pooled.runs} runs)", color=colors[method])
+            reliability_diagram(probs, labels, ax=ax, title=f"{title} ({pooled.runs} runs)", color=colors[method],
+                                legend=False)
             ax.title.set_fontsize("small")
-    _hide_unused(axes, len(benchmarks), len(methods))
+    for k in range(len(benchmarks), rows * per_row):  # an odd count leaves one slot empty
+        for j in range(len(methods)):
+            axes[-1, (k % per_row) * len(methods) + j].set_visible(False)
+    handles, labels = next(ax for ax in axes.flat if ax.get_visible() and ax.patches).get_legend_handles_labels()
+    fig.legend([h for h, lab in zip(handles, labels) if lab != "accuracy"] + _method_handles(colors),
+               [lab for lab in labels if lab != "accuracy"] + [f"accuracy ({m})" for m in colors],
+               loc="outside lower center", ncols=4, fontsize="small", frameon=False)
     _suptitle(fig, "Reliability diagrams (test nodes of all runs pooled, 15 bins; ECE of the pool)")
     return fig
+
+
+def _method_handles(colors: dict[str, tuple]) -> list:
+    from matplotlib.patches import Patch
+
+    return [Patch(facecolor=c, edgecolor="black", linewidth=0.5) for c in colors.values()]
 
 
 def _hide_unused(axes: np.ndarray, n_panels: int, rows_per_block: int) -> None:
@@ -275,7 +291,9 @@ def feature_similarity_figure(summary: pd.DataFrame, methods: Sequence[str] = SI
         ax.set_ylabel("ECE (%) / improvement (%)")
         runs = int(panel["runs"].max()) if len(panel) else 0
         ax.set_title(f"{b[0]} {b[1]} ({runs} runs)")
-        ax.legend(fontsize="x-small", frameon=False)
+        handles, labels = ax.get_legend_handles_labels()
+        ax.get_legend().remove()
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small", frameon=False)
     _hide_unused(axes, len(benchmarks), 1)
     _suptitle(fig, "Feature similarity: group ECE (bars) and improvement over UnCal (dashed lines)")
     return fig

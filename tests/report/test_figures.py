@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simcalib.metrics import ece
+from simcalib.metrics import ece, reliability_bins
 from simcalib.plots import reliability_diagram
 from simcalib.report import figures
 from simcalib.report.results import load_study_results
@@ -18,12 +18,19 @@ def test_reliability_diagram_draws_bin_accuracies_and_reports_the_ece():
     probs = rng.dirichlet(np.ones(3) * 0.5, 500)
     labels = rng.integers(0, 3, 500)
     ax = reliability_diagram(probs, labels, title="toy")
-    accuracy_bars = [p for p in ax.patches if p.get_label() != "gap to confidence"][:15]
     assert ax.get_title() == "toy" and ax.get_xlabel() == "confidence"
     texts = [t.get_text() for t in ax.get_legend().get_texts()]
     assert f"ECE = {100 * ece(probs, labels):.2f}%" in texts
-    heights = sorted(b.get_height() for b in accuracy_bars)
-    assert heights[-1] <= 1.0 and heights[-1] > 0
+    accuracy_bars = ax.containers[0]
+    expected = np.nan_to_num(reliability_bins(probs, labels).accuracy)
+    np.testing.assert_allclose([bar.get_height() for bar in accuracy_bars], expected)
+    gap_bars = ax.containers[1]  # from accuracy to mean confidence, one per non-empty bin
+    bins = reliability_bins(probs, labels)
+    filled = bins.count > 0
+    np.testing.assert_allclose([bar.get_height() for bar in gap_bars],
+                               np.abs(bins.confidence - bins.accuracy)[filled])
+    titled = reliability_diagram(probs, labels, title="toy", legend=False)
+    assert titled.get_legend() is None and titled.get_title().endswith(f"ECE {100 * ece(probs, labels):.2f}%")
 
 
 def test_pooled_stand_in_keeps_top1_confidence_and_correctness():
