@@ -213,7 +213,8 @@ def _table_or_note(table: ResultTable | ComparisonTable) -> Block:
 
 def table_blocks(tables: TableSet) -> list[Block]:
     blocks: list[Block] = [Heading(2, "Tables"), Paragraph(
-        "Mean ± population std over runs (ECE-type metrics in %); the lowest mean of each row in **bold**; "
+        "Mean ± population std over runs (ECE-type metrics in %); the best mean of each row in **bold** (the "
+        "lowest; the highest for accuracy); "
         f"'{NOT_RUN}' where a calibrator has no results. Each table is also under `tables/` as Markdown, "
         "LaTeX (booktabs) and CSV.")]
     for table in tables.results:

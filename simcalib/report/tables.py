@@ -47,6 +47,7 @@ class TableSpec:
     metric: str
     methods: tuple[str, ...] | None  # None: the w sweep, whose columns are the w values found
     paper_key: str | None = None  # the paper table it is compared with
+    lower_is_better: bool = True  # which mean of a row is bold
 
     @property
     def digits(self) -> int:
@@ -63,6 +64,8 @@ TABLE_SPECS: tuple[TableSpec, ...] = (
     TableSpec("metric_brier", "Brier score of every calibrator", "brier", MAIN_METHODS),
     TableSpec("metric_classwise_ece", "Classwise ECE (%) of every calibrator", "classwise_ece", MAIN_METHODS),
     TableSpec("metric_kde_ece", "KDE-ECE (%) of every calibrator", "kde_ece", MAIN_METHODS),
+    TableSpec("metric_accuracy", "Accuracy (%) of every calibrator (equal across a row unless a calibrator changes "
+              "the argmax, as VS may)", "accuracy", MAIN_METHODS, lower_is_better=False),
 )
 
 
@@ -120,9 +123,11 @@ class ResultTable:
     runs: pd.DataFrame  # [B, M], int
 
     def best(self) -> pd.DataFrame:
-        """True where the mean is the row's lowest at the displayed precision (ties all bold)."""
+        """True where the mean is the row's best (lowest, or highest for accuracy) at the displayed precision;
+        ties are all bold."""
         rounded = self.mean.round(self.spec.digits)
-        return rounded.eq(rounded.min(axis=1), axis=0) & self.mean.notna()
+        best = rounded.min(axis=1) if self.spec.lower_is_better else rounded.max(axis=1)
+        return rounded.eq(best, axis=0) & self.mean.notna()
 
     def cell(self, benchmark: Benchmark, method: str) -> str:
         if self.runs.at[benchmark, method] == 0:

@@ -107,3 +107,10 @@ def test_paper_tables_load_to_results_names(tmp_path):
     paper = load_paper_tables(tmp_path)
     assert list(paper.table("table4")["method"]) == ["SimCalib_w0.6"]
     assert any("table1_ece.csv is absent" in n for n in paper.notes)
+
+
+def test_accuracy_table_bolds_the_highest_mean():
+    rows = _rows().assign(accuracy=lambda f: f["ece"])  # SimCalib/GATS 4.0 < UnCal 12.0
+    table = build_result_table(rows, SPEC["metric_accuracy"])
+    best = table.best()
+    assert best.at[("Cora", "GCN"), "UnCal"] and not best.at[("Cora", "GCN"), "GATS"]
