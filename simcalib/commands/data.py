@@ -17,10 +17,10 @@ def register(sub) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from simcalib.data import dataset_names, load_dataset
+    from simcalib.data import dataset_names, get_spec, load_dataset
     from simcalib.errors import SimCalibError
 
-    names = args.datasets or dataset_names()
+    names = [get_spec(n).name for n in args.datasets] if args.datasets else dataset_names()
     failures = 0
     print(f"{'dataset':<10} {'nodes':>7} {'edges':>8} {'features':>8} {'classes':>7}  source")
     for name in names:

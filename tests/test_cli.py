@@ -1,0 +1,64 @@
+"""The CLI end to end, in a subprocess: what a user sees, exit codes, no tracebacks."""
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+
+def simcalib(*args, env=None, cwd=None):
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "simcalib.cli", *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd, timeout=600)
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--dataset", "reddit", "--backbone", "gcn"], "valid datasets are: Cora, Citeseer, Pubmed, CoraFull, Computers, Photo, CS, Physics"),
+    (["--dataset", "cora", "--backbone", "sage"], "valid backbones are: GCN, GAT"),
+    (["--dataset", "cora", "--backbone", "gcn", "--calibrators", "ts,platt"], "unknown calibrator 'platt'; valid calibrators are: UnCal, TS"),
+])
+def test_unknown_names_list_the_valid_ones(args, expected):
+    result = simcalib("benchmark", *args)
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_dataset_says_how_to_provide_it(tmp_path):
+    result = simcalib("benchmark", "--dataset", "pubmed", "--backbone", "gcn", "--data-root", str(tmp_path),
+                      env={"SIMCALIB_DATA_MIRROR": "", "SIMCALIB_OFFLINE": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "dataset Pubmed is not available" in result.stderr and "SIMCALIB_DATA_MIRROR" in result.stderr
+
+
+def test_truncated_raw_file_is_reported_as_corrupt(tmp_path, mirror_dir):
+    mirror = tmp_path / "mirror" / "Computers" / "raw"
+    mirror.mkdir(parents=True)
+    source = mirror_dir / "Computers" / "raw" / "amazon_electronics_computers.npz"
+    (mirror / source.name).write_bytes(source.read_bytes()[:4096])
+    result = simcalib("benchmark", "--dataset", "computers", "--backbone", "gcn", "--data-root", str(tmp_path / "root"),
+                      "--data-mirror", str(tmp_path / "mirror"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "corrupt or truncated" in result.stderr
+
+
+def test_benchmark_prints_a_summary_and_writes_results(tmp_path, mirror_dir, splits_dir):
+    result = simcalib("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--calibrators", "uncal,ts",
+                      "--splits", "1", "--inits", "1", "--folds", "=0", "--max-epochs", "10", "--no-progress",
+                      "--out", str(tmp_path / "out"), "--data-root", str(tmp_path / "data"),
+                      "--cache-dir", str(tmp_path / "cache"),
+                      env={"SIMCALIB_DATA_MIRROR": str(mirror_dir), "SIMCALIB_SPLITS_DIR": str(splits_dir)})
+    assert result.returncode == 0, result.stderr
+    assert "Cora / GCN" in result.stdout and "UnCal" in result.stdout
+    frame = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert sorted(frame["calibrator"]) == ["TS", "UnCal"]
+
+
+def test_data_check_reports_loadable_and_missing_datasets(tmp_path, mirror_dir):
+    result = simcalib("data", "check", "cora", "corafull", "--data-root", str(tmp_path), "--data-mirror", str(mirror_dir),
+                      env={"SIMCALIB_OFFLINE": "1"})
+    assert result.returncode == 1
+    assert "Cora" in result.stdout and "2708" in result.stdout
+    assert "CoraFull   cannot load" in result.stdout

@@ -1,0 +1,67 @@
+import pandas as pd
+import pytest
+
+from simcalib.errors import ConfigError
+from simcalib.protocol import (
+    RESULT_COLUMNS,
+    BenchmarkRequest,
+    ProtocolSettings,
+    Run,
+    evaluate_calibrator,
+    make_runs,
+    run_benchmark,
+    summarize,
+)
+
+
+@pytest.fixture
+def settings(tmp_path, mirror_dir, splits_dir):
+    return ProtocolSettings(data_root=str(tmp_path / "data"), mirror=str(mirror_dir), splits_dir=str(splits_dir),
+                            cache_dir=str(tmp_path / "cache"), device="cpu", backbone_overrides=(("max_epochs", 15),))
+
+
+def test_make_runs_covers_the_75_run_protocol():
+    runs = make_runs("cora", "gcn")
+    assert len(runs) == 75 and len(set(runs)) == 75
+    assert runs[0] == Run("Cora", "GCN", 0, 0, 0)
+
+
+def test_benchmark_writes_tidy_results_and_resumes_without_recomputing(settings, tmp_path):
+    request = BenchmarkRequest("cora", "GCN", ["uncal", "TS"], splits=[0], inits=[0], folds=[0, 1])
+    out = tmp_path / "out"
+    first = run_benchmark(request, settings, out, save_predictions=True)
+    assert list(first.columns[: len(RESULT_COLUMNS)]) == RESULT_COLUMNS
+    assert len(first) == 4 and set(first["calibrator"]) == {"UnCal", "TS"}
+    assert (first["accuracy"].groupby(first["fold"]).nunique() == 1).all()  # TS keeps the argmax
+    assert len(list((out / "predictions").glob("*.npz"))) == 4
+    # A resumed benchmark with one more fold computes only the new run.
+    bigger = BenchmarkRequest("cora", "GCN", ["uncal", "TS"], splits=[0], inits=[0], folds=[0, 1, 2])
+    second = run_benchmark(bigger, settings, out)
+    assert len(second) == 6
+    raw = pd.read_csv(out / "results.csv")
+    assert len(raw) == 6, "no row may be written twice"
+    pd.testing.assert_frame_equal(second.iloc[:4].reset_index(drop=True), first.reset_index(drop=True))
+
+
+def test_a_run_recomputed_alone_gives_the_same_numbers(settings, tmp_path):
+    run = Run("Cora", "GCN", 0, 1, 2)
+    alone = evaluate_calibrator(run, settings, "TS")
+    request = BenchmarkRequest("cora", "GCN", ["TS"], splits=[0], inits=[1], folds=[2])
+    inside = run_benchmark(request, settings, tmp_path / "out").iloc[0].to_dict()
+    for metric in ("ece", "nll", "accuracy"):
+        assert alone[metric] == pytest.approx(inside[metric], rel=1e-9)
+
+
+def test_summary_uses_population_std():
+    frame = pd.DataFrame({"dataset": "Cora", "backbone": "GCN", "calibrator": "TS",
+                          **{m: [1.0, 3.0] for m in ("ece", "ace", "mce", "classwise_ece", "kde_ece", "nll", "brier", "accuracy")}})
+    row = summarize(frame).iloc[0]
+    assert row["ece_mean"] == 2.0 and row["ece_std"] == 1.0 and row["runs"] == 2
+
+
+def test_invalid_requests_fail_before_any_work(settings, tmp_path):
+    with pytest.raises(ConfigError, match="folds"):
+        run_benchmark(BenchmarkRequest("cora", "gcn", ["ts"], folds=[3]), settings, tmp_path)
+    with pytest.raises(ConfigError, match="no calibrators"):
+        run_benchmark(BenchmarkRequest("cora", "gcn", []), settings, tmp_path)
+    assert not (tmp_path / "results.csv").exists()
