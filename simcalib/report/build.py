@@ -111,6 +111,7 @@ def write_significance(sig: Significance, out_dir: Path) -> list[Path]:
 @dataclass
 class FigureEntry:
     stem: str
+    title: str
     caption: str
     paths: list[Path] = field(default_factory=list)  # PNG first; empty when not available
     note: str = ""  # why it is not available
@@ -127,25 +128,29 @@ def make_figures(study: StudyResults, out_dir: Path) -> FigureSet:
     predictions = study.main_predictions()
     entries = []
 
-    def add(stem: str, caption: str, fig, note: str) -> None:
-        entries.append(FigureEntry(stem, caption, figs.save_figure(fig, folder, stem) if fig is not None else [],
-                                   "" if fig is not None else note))
+    def add(stem: str, title: str, caption: str, fig, note: str) -> None:
+        paths = figs.save_figure(fig, folder, stem) if fig is not None else []
+        entries.append(FigureEntry(stem, title, caption, paths, "" if fig is not None else note))
 
     no_predictions = "not available: no saved predictions (run `simcalib benchmark ... --save-predictions`)"
-    add("reliability_uncal_vs_simcalib", "Reliability diagrams, UnCal vs SimCalib per benchmark",
+    add("reliability_uncal_vs_simcalib", "Reliability diagrams",
+        "Reliability diagrams of UnCal and SimCalib per benchmark (test nodes of all runs pooled).",
         figs.reliability_grid(predictions), no_predictions)
-    add("confidence_distributions", "Confidence distributions, UnCal vs SimCalib per benchmark",
+    add("confidence_distributions", "Confidence distributions",
+        "Top-1 confidence of the test nodes, UnCal and SimCalib per benchmark.",
         figs.confidence_grid(predictions), no_predictions)
-    add("data_efficiency", "ECE against the label rate (UnCal dashed). The label rate sets the whole labelled set "
-        "(backbone training folds and calibration fold), whereas the paper reuses one backbone and varies the "
-        "calibration data only",
-        figs.data_efficiency_figure(study.rows),
+    add("data_efficiency", "Data efficiency",
+        "ECE against the label rate (UnCal dashed; mean ± std over runs). Here the label rate sets the whole "
+        "labelled set (backbone training folds and calibration fold); the paper reuses one pretrained backbone and "
+        "varies only the calibration data.", figs.data_efficiency_figure(study.rows),
         "not available: no benchmark has results at two or more label rates (run the study files in "
         "study/data_efficiency/ and report on results/data_efficiency)")
     groups = figs.similarity_groups(predictions)
     summary = figs.similarity_summary(groups) if groups is not None else None
-    add("feature_similarity", "Group ECE by feature distance to the nearest prototype (bars) and improvement over "
-        "UnCal (dashed)", figs.feature_similarity_figure(summary) if summary is not None else None,
+    add("feature_similarity", "Feature similarity and calibration improvement",
+        "Test nodes of each run in 5 equal groups by squared Mahalanobis distance to the nearest class prototype "
+        "(1 = closest): group ECE (bars) and improvement over UnCal (dashed); group ECEs in "
+        "figures/feature_similarity_groups.csv.", figs.feature_similarity_figure(summary) if summary is not None else None,
         "not available: no run has UnCal, GATS and SimCalib predictions with a `feature_distance` array")
     if summary is not None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -269,7 +274,7 @@ def significance_blocks(sig: Significance) -> list[Block]:
 def figure_blocks(figures: FigureSet, out_dir: Path) -> list[Block]:
     blocks: list[Block] = [Heading(2, "Figures")]
     for entry in figures.entries:
-        blocks.append(Heading(3, entry.caption))
+        blocks.append(Heading(3, entry.title))
         if entry.paths:
             blocks.append(Figure(str(entry.paths[0].relative_to(out_dir)), entry.caption))
         else:

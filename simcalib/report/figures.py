@@ -207,10 +207,14 @@ def data_efficiency_figure(rows: pd.DataFrame, methods: Sequence[str] = EFFICIEN
                 continue
             sns.lineplot(data=data, x="label_rate_pct", y="ece", errorbar="sd", err_style="bars", marker="o", ax=ax,
                          color=colors[method], label=method, linestyle="--" if method == "UnCal" else "-")
-        ax.set_xlabel("label rate (%): labelled nodes, a third of them for calibration")
+        ax.set_xticks(sorted(panel["label_rate_pct"].unique()))
+        ax.set_xlabel("label rate (%)")
         ax.set_ylabel("ECE (%)")
         ax.set_title(f"{b[0]} {b[1]}")
-        ax.legend(fontsize="small", frameon=False)
+        handles, labels = ax.get_legend_handles_labels()
+        ax.get_legend().remove()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(present), 3 * axes.shape[1]),
+               fontsize="small", frameon=False)
     _hide_unused(axes, len(benchmarks), 1)
     _suptitle(fig, "Data efficiency: ECE against the label rate (mean ± std over runs)")
     return fig
