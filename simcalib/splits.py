@@ -85,8 +85,12 @@ def split_seed(study_seed: int, dataset: str, split: int, fold_rate: float, n_fo
 
 
 def protocol_name(fold_rate: float, n_folds: int, test_rate: float) -> str:
-    """Folder name of a split protocol, as the GATS files use: ``5_3f_85``."""
-    return f"{round(fold_rate * 100):g}_{n_folds}f_{round(test_rate * 100):g}"
+    """Folder name of a split protocol, as the GATS files use: ``5_3f_85``.
+
+    Rates are written exactly (up to float noise), so e.g. a 16% label rate (5.333% per fold) never maps
+    onto the 15% files.
+    """
+    return f"{round(fold_rate * 100, 6):g}_{n_folds}f_{round(test_rate * 100, 6):g}"
 
 
 def default_splits_dir() -> Path | None:

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from simcalib.errors import ConfigError, DataCorruptError
-from simcalib.splits import find_split_file, generate_split, get_split, load_split_file
+from simcalib.splits import find_split_file, generate_split, get_split, load_split_file, protocol_name
 
 LABELS = np.repeat(np.arange(5), [40, 61, 17, 120, 33])
 
@@ -65,6 +65,14 @@ def test_fixed_files_are_used_only_for_their_protocol(splits_dir):
     assert find_split_file(splits_dir, "cora", 0, "5_3f_85") is not None  # case-insensitive dataset folder
     assert find_split_file(splits_dir, "Cora", 0, "1_3f_85") is None  # other label rate: generated instead
     assert find_split_file(splits_dir / "gats_5_3f_85", "Cora", 4, "5_3f_85") is not None
+
+
+@pytest.mark.parametrize("label_rate", [0.13, 0.14, 0.16])
+def test_label_rates_near_15_percent_do_not_load_the_15_percent_files(label_rate, splits_dir):
+    labels = np.repeat(np.arange(7), 400)
+    split = get_split("Cora", labels, 0, 10, splits_dir, fold_rate=label_rate / 3)
+    assert split.source.startswith("generated")
+    assert protocol_name(0.15 / 3, 3, 0.85) == "5_3f_85"
 
 
 def test_a_split_file_for_another_graph_is_reported(tmp_path):
