@@ -1,0 +1,453 @@
+"""Study files: what an orchestrated study runs, as validated data (``study/*.yaml``).
+
+A study is the GATS protocol over a set of benchmarks (datasets x backbones) and calibrators::
+
+    name: quick                      # the MLflow experiment is named after the study
+    seed: 10                         # study seed: every run's seed derives from it (simcalib.seeding)
+    benchmarks: {datasets: [Cora, Citeseer], backbones: [GCN, GAT]}
+    calibrators: all                 # or [UnCal, TS], or {TS: {lr: 0.01}, SimCalib: tuned}
+    runs: {splits: 1, inits: 1, folds: 3, label_rate: 0.15}   # a count (0..n-1) or a list of indices
+    backbone: {}                     # BackboneConfig overrides, e.g. {max_epochs: 200}
+    data: {mirror: null, root: null, splits_dir: null, cache_dir: null}   # null: environment / defaults
+    output: results/quick            # per benchmark: <output>/<Dataset>_<Backbone>/results.csv
+    tracking_uri: null               # null: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db
+    task_runner: {kind: threads, workers: 2, address: null, torch_threads: null}
+
+Relative paths are relative to the working directory (the project root). ``tuned`` as a calibrator's
+options reads ``study/tuned/<Dataset>_<Backbone>.yaml`` (:mod:`simcalib.tuning`'s output); ``tuned:NAME``
+reads the tuned options of calibrator NAME (e.g. SimCalib's ablations with SimCalib's tuned w and t).
+
+Every error names the file, the YAML line and the key, and is raised before any work starts. This module is
+pure (pydantic + PyYAML); the Prefect flow that runs a study is :mod:`flows.study`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simcalib.errors import ConfigError, SimCalibError
+
+Path_ = tuple[str | int, ...]  # a key path into the YAML document, e.g. ("runs", "splits")
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # shared with `simcalib tune`: one MLflow UI shows both
+TUNED = "tuned"
+N_FOLDS = 3  # the protocol's labelled folds; a study picks which of them are calibration folds
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class BenchmarksSpec(_Strict):
+    datasets: list[str] = Field(min_length=1)
+    backbones: list[str] = Field(default_factory=lambda: ["GCN", "GAT"], min_length=1)
+
+
+class RunsSpec(_Strict):
+    splits: int | list[int] = 5
+    inits: int | list[int] = 5
+    folds: int | list[int] = 3
+    label_rate: float = Field(default=0.15, gt=0.0, lt=1.0)
+
+
+class DataSpec(_Strict):
+    mirror: str | None = None  # None: $SIMCALIB_DATA_MIRROR
+    root: str | None = None  # None: $SIMCALIB_DATA_ROOT or ./data
+    splits_dir: str | None = None  # None: $SIMCALIB_SPLITS_DIR (absent: generated splits)
+    cache_dir: str | None = None  # backbone cache; None: $SIMCALIB_CACHE_DIR or .cache/simcalib
+
+
+class TaskRunnerSpec(_Strict):
+    kind: Literal["threads", "processes", "dask"] = "threads"
+    workers: int = Field(default=2, ge=1)
+    address: str | None = None  # Dask scheduler, e.g. tcp://10.0.0.5:8786; None: a LocalCluster on 127.0.0.1
+    torch_threads: int | None = Field(default=None, ge=1)  # torch intra-op threads per task process
+
+
+class StudySpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    seed: int = 10
+    benchmarks: BenchmarksSpec
+    calibrators: Literal["all"] | list[str] | dict[str, dict[str, Any] | str | None] = "all"
+    runs: RunsSpec = Field(default_factory=RunsSpec)
+    backbone: dict[str, Any] = Field(default_factory=dict)
+    data: DataSpec = Field(default_factory=DataSpec)
+    output: str | None = None  # None: results/<name>
+    tracking_uri: str | None = None
+    task_runner: TaskRunnerSpec = Field(default_factory=TaskRunnerSpec)
+    save_predictions: bool = True  # test probabilities per run (the report's reliability diagrams use them)
+    report: bool = True  # run flows/report.py at the end when it exists
+    device: str = "auto"
+    tuned_dir: str | None = None  # None: $SIMCALIB_TUNED_DIR or study/tuned
+
+
+# ---------------------------------------------------------------------------------------------------------
+# YAML with line numbers
+
+
+def _node_lines(node: yaml.Node, path: Path_, lines: dict[Path_, int], source: str) -> None:
+    """Record the 1-based line of every key path below ``node``; refuse duplicate keys (YAML keeps the last)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(f"{source}:{line}: key {'.'.join(map(str, (*path, key)))!r} is given twice "
+                                  f"(first on line {seen[key]}); keep one")
+            seen[key] = line
+            lines[(*path, key)] = line
+            _node_lines(value_node, (*path, key), lines, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            lines[(*path, index)] = item.start_mark.line + 1
+            _node_lines(item, (*path, index), lines, source)
+
+
+def parse_yaml(text: str, source: str) -> tuple[dict, dict[Path_, int]]:
+    """The document as a dict and the line of every key path in it."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark, context = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark else source
+        opened = f"; the {exc.context.split()[-1]} opened on line {context.line + 1}" if context and exc.context else ""
+        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)}{opened}); fix the syntax") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: a study file is a mapping of keys (name, benchmarks, calibrators, ...)")
+    lines: dict[Path_, int] = {}
+    _node_lines(root, (), lines, source)
+    return data, lines
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The validated study
+
+
+@dataclass(frozen=True)
+class CalibratorPlan:
+    """One calibrator of the study: canonical name and options (``tuned`` ones resolved per benchmark)."""
+
+    name: str
+    options: dict = field(default_factory=dict)
+    tuned_from: str | None = None  # calibrator whose tuned options are used; None: ``options`` as given
+    key: Path_ = ("calibrators",)  # where it is named in the file, for error messages
+
+
+@dataclass
+class Study:
+    """A validated study file. ``line(path)`` gives the YAML line of a key, for errors found later."""
+
+    spec: StudySpec
+    source: str
+    lines: dict[Path_, int]
+    datasets: list[str]
+    backbones: list[str]
+    calibrators: list[CalibratorPlan]
+    splits: list[int]
+    inits: list[int]
+    folds: list[int]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def output(self) -> Path:
+        return Path(self.spec.output or f"results/{self.spec.name}")
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.spec.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+    @property
+    def experiment_name(self) -> str:
+        return f"study-{self.spec.name}"
+
+    def benchmarks(self) -> list[tuple[str, str]]:
+        return [(d, b) for d in self.datasets for b in self.backbones]
+
+    def benchmark_dir(self, dataset: str, backbone: str) -> Path:
+        """Where one benchmark's ``results.csv``, ``summary.csv`` and predictions go."""
+        return self.output / f"{dataset}_{backbone}"
+
+    def runs_per_benchmark(self) -> int:
+        return len(self.splits) * len(self.inits) * len(self.folds)
+
+    def settings(self):
+        """The :class:`simcalib.protocol.ProtocolSettings` of every run of the study."""
+        from simcalib.protocol import ProtocolSettings
+
+        data = self.spec.data
+        return ProtocolSettings(
+            study_seed=self.spec.seed, fold_rate=self.spec.runs.label_rate / N_FOLDS, n_folds=N_FOLDS,
+            data_root=data.root, mirror=data.mirror, splits_dir=data.splits_dir, cache_dir=data.cache_dir,
+            device=self.spec.device, backbone_overrides=tuple(sorted(self.spec.backbone.items())),
+        )
+
+    def line(self, path: Iterable[str | int]) -> int | None:
+        """The line of ``path`` or of its nearest enclosing key present in the file."""
+        path = tuple(path)
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return None
+
+    def where(self, path: Iterable[str | int]) -> str:
+        """``file:line: key`` for messages (``(command line)`` for values set outside the file)."""
+        path = tuple(path)
+        line = self.line(path)
+        key = ".".join(map(str, path))
+        return f"{self.source}:{line}: {key}" if line else f"{self.source}: {key}"
+
+    def calibrator_options(self, calibrator: CalibratorPlan, dataset: str, backbone: str) -> dict:
+        """The options of ``calibrator`` on one benchmark (tuned ones read now; ConfigError naming the line)."""
+        if calibrator.tuned_from is None:
+            return dict(calibrator.options)
+        from simcalib.tuned import load_tuned_params
+
+        try:
+            return load_tuned_params(dataset, backbone, calibrator.tuned_from, self.spec.tuned_dir)
+        except SimCalibError as exc:
+            raise ConfigError(f"{self.where(calibrator.key)}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading and checking
+
+
+def _merge(base: dict, overrides: dict) -> dict:
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+_TYPE_TAGS = {"int", "str", "float", "bool", "none", "dict", "list"}
+
+
+def _format_validation(exc: ValidationError, source: str, lines: dict[Path_, int]) -> str:
+    messages: dict[Path_, str] = {}  # one message per key (a union type reports once per member)
+    for error in exc.errors():
+        # pydantic adds union-member names to the location (e.g. "list[int]"); they are not keys in the file
+        loc = tuple(p for p in error["loc"] if isinstance(p, int) or ("[" not in p and p not in _TYPE_TAGS))
+        path = loc
+        while path and path not in lines:
+            path = path[:-1]
+        line = lines.get(path)
+        key = ".".join(map(str, loc)) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            text = f"unknown key {key!r}; valid keys here are: {', '.join(_valid_keys(loc[:-1]))}"
+        else:
+            text = f"{key}: {error['msg']} (got {error.get('input')!r})"
+        messages.setdefault(loc, f"{source}:{line}: {text}" if line else f"{source}: {text}")
+    unique = list(dict.fromkeys(messages.values()))
+    return unique[0] if len(unique) == 1 else "invalid study file:\n  " + "\n  ".join(unique)
+
+
+def _valid_keys(path: Path_) -> list[str]:
+    model: type[BaseModel] = StudySpec
+    for key in path:
+        annotation = model.model_fields[str(key)].annotation if str(key) in model.model_fields else None
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        else:
+            return []
+    return list(model.model_fields)
+
+
+def _indices(value: int | list[int], key: str, study_where) -> list[int]:
+    indices = list(range(value)) if isinstance(value, int) else list(value)
+    if not indices:
+        raise ConfigError(f"{study_where(('runs', key))}: selects no {key}; give a count >= 1 or a list")
+    if any(i < 0 for i in indices) or len(set(indices)) != len(indices):
+        raise ConfigError(f"{study_where(('runs', key))}: indices must be distinct and >= 0, got {indices}")
+    return indices
+
+
+def _check_names(study: Study) -> None:
+    """Datasets, backbones, calibrators, their options and the backbone overrides, each error naming its line."""
+    from simcalib.backbones import BackboneConfig, backbone_name
+    from simcalib.calibrators import build_calibrator, calibrator_names, canonical_calibrator
+    from simcalib.data import get_spec
+
+    def resolve(path: Path_, fn, value):
+        try:
+            return fn(value)
+        except SimCalibError as exc:
+            raise ConfigError(f"{study.where(path)}: {exc}") from None
+
+    spec = study.spec
+    study.datasets = _unique([resolve(("benchmarks", "datasets", i), lambda v: get_spec(v).name, d)
+                              for i, d in enumerate(spec.benchmarks.datasets)], study, ("benchmarks", "datasets"))
+    study.backbones = _unique([resolve(("benchmarks", "backbones", i), backbone_name, b)
+                               for i, b in enumerate(spec.benchmarks.backbones)], study, ("benchmarks", "backbones"))
+
+    fields = {f.name for f in dataclasses.fields(BackboneConfig)} - {"name"}
+    for key in spec.backbone:
+        if key not in fields:
+            raise ConfigError(f"{study.where(('backbone', key))}: unknown backbone option {key!r}; "
+                              f"valid options are: {', '.join(sorted(fields))}")
+
+    if spec.calibrators == "all":
+        entries: list[tuple[Path_, str, Any]] = [(("calibrators",), name, None) for name in calibrator_names()]
+    elif isinstance(spec.calibrators, list):
+        entries = [(("calibrators", i), name, None) for i, name in enumerate(spec.calibrators)]
+    else:
+        entries = [(("calibrators", name), name, options) for name, options in spec.calibrators.items()]
+    if not entries:
+        raise ConfigError(f"{study.where(('calibrators',))}: no calibrators; name at least one, or write `all`")
+    plans, seen = [], {}
+    for path, raw_name, options in entries:
+        name = resolve(path, canonical_calibrator, raw_name)
+        if name in seen:
+            raise ConfigError(f"{study.where(path)}: calibrator {name} is listed twice (also line {seen[name]})")
+        seen[name] = study.line(path)
+        plans.append(_calibrator_plan(study, path, name, options, resolve, canonical_calibrator))
+    # Options are checked by building each calibrator once per benchmark (cheap: small modules, no data).
+    for plan in plans:
+        if plan.tuned_from is None:
+            for dataset in study.datasets:
+                for backbone in study.backbones:
+                    resolve(plan.key, lambda options, n=plan.name, d=dataset, b=backbone: build_calibrator(
+                        n, get_spec(d).num_classes, d, b, **options), plan.options)
+    study.calibrators = plans
+
+
+def _calibrator_plan(study: Study, path: Path_, name: str, options: Any, resolve, canonical) -> CalibratorPlan:
+    if options is None:
+        return CalibratorPlan(name, key=path)
+    if isinstance(options, dict):
+        return CalibratorPlan(name, dict(options), key=path)
+    text = options.strip()
+    if text == TUNED:
+        return CalibratorPlan(name, tuned_from=name, key=path)
+    if text.startswith(f"{TUNED}:"):
+        return CalibratorPlan(name, tuned_from=resolve(path, canonical, text.split(":", 1)[1].strip()), key=path)
+    raise ConfigError(f"{study.where(path)}: options of {name} must be a mapping (e.g. {{lr: 0.01}}), "
+                      f"`tuned`, or `tuned:<Calibrator>`; got {options!r}")
+
+
+def _unique(names: list[str], study: Study, path: Path_) -> list[str]:
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"{study.where(path)}: {', '.join(duplicates)} listed twice")
+    return names
+
+
+def _check_paths(study: Study) -> None:
+    """Data folders named in the file must exist (a missing splits folder would silently mean other splits)."""
+    for key in ("mirror", "splits_dir"):
+        value = getattr(study.spec.data, key)
+        if value is not None and not Path(value).is_dir():
+            raise ConfigError(f"{study.where(('data', key))}: folder {value} does not exist (relative paths are "
+                              f"relative to the working directory {Path.cwd()}); fix it or write null")
+
+
+def study_from_dict(data: dict, source: str = "<study>", lines: dict[Path_, int] | None = None) -> Study:
+    """Validate an already-parsed study document (``lines``: YAML line of each key path, if known)."""
+    lines = lines or {}
+    try:
+        spec = StudySpec.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(exc, source, lines)) from None
+    study = Study(spec, source, lines, [], [], [], [], [], [])
+    study.splits = _indices(spec.runs.splits, "splits", study.where)
+    study.inits = _indices(spec.runs.inits, "inits", study.where)
+    study.folds = _indices(spec.runs.folds, "folds", study.where)
+    if max(study.folds) >= N_FOLDS:
+        raise ConfigError(f"{study.where(('runs', 'folds'))}: folds are 0..{N_FOLDS - 1} (the protocol has "
+                          f"{N_FOLDS} labelled folds), got {study.folds}")
+    _check_names(study)
+    _check_paths(study)
+    return study
+
+
+def load_study(path: str | os.PathLike, overrides: dict | None = None) -> Study:
+    """Read and validate a study file; ``overrides`` (nested keys, e.g. from the command line) win over it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"study file {path} does not exist; see study/*.yaml for examples")
+    data, lines = parse_yaml(path.read_text(), str(path))
+    if overrides:
+        data = _merge(data, overrides)
+        lines = {k: v for k, v in lines.items() if not _overridden(k, overrides)}
+    return study_from_dict(data, str(path), lines)
+
+
+def _overridden(path: Path_, overrides: dict) -> bool:
+    node: Any = overrides
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Planning: what can fail on input fails here, before any task runs
+
+
+@dataclass
+class BenchmarkPlan:
+    """One benchmark of a study: its runs and its calibrators with resolved options."""
+
+    dataset: str
+    backbone: str
+    runs: list  # [simcalib.protocol.Run]
+    calibrators: list[tuple[str, dict]]  # (canonical name, options)
+    out_dir: Path
+
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}-{self.backbone}"
+
+
+def plan_study(study: Study) -> list[BenchmarkPlan]:
+    """Every benchmark's runs and calibrator options (tuned ones read and checked now). Loads each dataset
+    once, so missing or corrupt data fails here, naming the study line."""
+    from simcalib.calibrators import build_calibrator
+    from simcalib.data import get_spec
+    from simcalib.protocol import load_graph, make_runs
+
+    settings = study.settings()
+    for index, dataset in enumerate(study.datasets):
+        try:
+            load_graph(dataset, settings)
+        except SimCalibError as exc:
+            raise type(exc)(f"{study.where(('benchmarks', 'datasets', index))}: {exc}") from None
+    plans = []
+    for dataset, backbone in study.benchmarks():
+        calibrators = []
+        for calibrator in study.calibrators:
+            options = study.calibrator_options(calibrator, dataset, backbone)
+            if calibrator.tuned_from is not None:  # explicit options were checked when the file was read
+                try:
+                    build_calibrator(calibrator.name, get_spec(dataset).num_classes, dataset, backbone, **options)
+                except SimCalibError as exc:
+                    raise ConfigError(f"{study.where(calibrator.key)}: tuned options for "
+                                      f"{dataset}/{backbone}: {exc}") from None
+            calibrators.append((calibrator.name, options))
+        runs = make_runs(dataset, backbone, study.splits, study.inits, study.folds)
+        plans.append(BenchmarkPlan(dataset, backbone, runs, calibrators, study.benchmark_dir(dataset, backbone)))
+    return plans
+
+
+__all__ = [
+    "DEFAULT_TRACKING_URI", "BenchmarkPlan", "CalibratorPlan", "Study", "StudySpec", "load_study", "parse_yaml",
+    "plan_study", "study_from_dict",
+]

@@ -1,0 +1,127 @@
+"""Study files: the schema, errors that name the line, tuned options, and the shipped study files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simcalib.errors import ConfigError, DataMissingError
+from simcalib.study import load_study, plan_study
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+STUDY_DIR = PROJECT_ROOT / "study"
+
+VALID = """\
+name: t
+benchmarks:
+  datasets: [cora, CiteSeer]
+  backbones: [gcn]
+calibrators:
+  UnCal: {}
+  ts: {lr: 0.05}
+runs: {splits: [0, 3], inits: 2, folds: 1, label_rate: 0.15}
+backbone: {max_epochs: 50}
+output: out/t
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "study.yaml"
+    path.write_text(text)
+    return path
+
+
+def error_of(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_study(write(tmp_path, text))
+    return str(info.value)
+
+
+def test_a_valid_file_is_normalised(tmp_path):
+    study = load_study(write(tmp_path, VALID))
+    assert study.datasets == ["Cora", "Citeseer"] and study.backbones == ["GCN"]
+    assert [(c.name, c.options) for c in study.calibrators] == [("UnCal", {}), ("TS", {"lr": 0.05})]
+    assert (study.splits, study.inits, study.folds) == ([0, 3], [0, 1], [0])
+    assert study.runs_per_benchmark() == 4
+    settings = study.settings()
+    assert settings.study_seed == 10 and settings.fold_rate == pytest.approx(0.05)
+    assert settings.backbone_overrides == (("max_epochs", 50),)
+    assert study.output == Path("out/t") and study.benchmark_dir("Cora", "GCN") == Path("out/t/Cora_GCN")
+    assert study.spec.task_runner.kind == "threads" and study.experiment_name == "study-t"
+
+
+@pytest.mark.parametrize("text, expected", [
+    (VALID.replace("runs:", "runz:"), "study.yaml:8: unknown key 'runz'"),
+    (VALID.replace("label_rate", "labelrate"), "study.yaml:8: unknown key 'runs.labelrate'"),
+    (VALID.replace("CiteSeer", "Citeseerx"), "study.yaml:3: benchmarks.datasets.1: unknown dataset 'Citeseerx'"),
+    (VALID.replace("[gcn]", "[gcn, gin]"), "study.yaml:4: benchmarks.backbones.1: unknown backbone 'gin'"),
+    (VALID.replace("  ts:", "  TSS:"), "study.yaml:7: calibrators.TSS: unknown calibrator 'TSS'"),
+    (VALID.replace("lr: 0.05", "learning_rate: 0.05"), "study.yaml:7: calibrators.ts: invalid options for calibrator TS"),
+    (VALID.replace("max_epochs", "epochs"), "study.yaml:9: backbone.epochs: unknown backbone option 'epochs'"),
+    (VALID.replace("folds: 1", "folds: [3]"), "study.yaml:8: runs.folds: folds are 0..2"),
+    (VALID.replace("inits: 2", "inits: two"), "study.yaml:8: runs.inits:"),
+    (VALID + "output: again\n", "study.yaml:11: key 'output' is given twice (first on line 10)"),
+    (VALID.replace("  UnCal: {}", "  UnCal: [1]"), "study.yaml:6: calibrators.UnCal"),
+    (VALID.replace("runs: {", "runs: {{"), "study.yaml:9: not valid YAML (expected ',' or '}', but got '<scalar>'; "
+                                           "the mapping opened on line 8)"),
+])
+def test_errors_name_the_line_and_the_key(tmp_path, text, expected):
+    assert expected in error_of(tmp_path, text)
+
+
+def test_list_and_all_forms_of_calibrators(tmp_path, monkeypatch):
+    from simcalib import calibrators
+
+    study = load_study(write(tmp_path, VALID.replace("calibrators:\n  UnCal: {}\n  ts: {lr: 0.05}", "calibrators: [ts, VS]")))
+    assert [c.name for c in study.calibrators] == ["TS", "VS"]
+    # `all` means whatever is registered when the file is read, new calibrators included
+    monkeypatch.setitem(calibrators.CALIBRATORS, "TS2", calibrators.CalibratorEntry("TS2", calibrators.TS))
+    study = load_study(write(tmp_path, VALID.replace("calibrators:\n  UnCal: {}\n  ts: {lr: 0.05}", "calibrators: all")))
+    assert [c.name for c in study.calibrators] == calibrators.calibrator_names() and study.calibrators[-1].name == "TS2"
+
+
+def test_tuned_options_are_read_per_benchmark_and_missing_ones_name_the_line(tmp_path, mirror_dir):
+    from simcalib.tuned import save_tuned_params
+
+    text = VALID.replace("ts: {lr: 0.05}", "ts: tuned\n  VS: tuned:TS").replace("[cora, CiteSeer]", "[cora]")
+    text += f"tuned_dir: {tmp_path / 'tuned'}\ndata: {{mirror: {mirror_dir}}}\n"
+    study = load_study(write(tmp_path, text))
+    with pytest.raises(ConfigError, match=r"study.yaml:7: calibrators.ts: no tuned hyperparameters for TS on Cora/GCN"):
+        plan_study(study)
+    save_tuned_params("Cora", "GCN", "TS", {"lr": 0.02}, folder=tmp_path / "tuned")
+    [plan] = plan_study(study)
+    assert plan.calibrators == [("UnCal", {}), ("TS", {"lr": 0.02}), ("VS", {"lr": 0.02})]
+    assert len(plan.runs) == 4 and plan.out_dir == Path("out/t/Cora_GCN")
+
+
+def test_missing_data_fails_before_work_naming_the_dataset_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIMCALIB_OFFLINE", "1")
+    study = load_study(write(tmp_path, VALID.replace("[cora, CiteSeer]", "[Cora, Pubmed]") +
+                             f"data: {{root: {tmp_path / 'data'}, mirror: {tmp_path}}}\n"))
+    with pytest.raises(DataMissingError, match=r"study.yaml:3: benchmarks.datasets.0: dataset Cora is not available"):
+        plan_study(study)
+
+
+def test_overrides_win_over_the_file(tmp_path):
+    study = load_study(write(tmp_path, VALID), {"output": "elsewhere", "task_runner": {"kind": "dask", "workers": 3}})
+    assert study.output == Path("elsewhere") and study.spec.task_runner.kind == "dask"
+    with pytest.raises(ConfigError, match=r"task_runner.kind: Input should be 'threads', 'processes' or 'dask'"):
+        load_study(write(tmp_path, VALID), {"task_runner": {"kind": "ray"}})
+
+
+def test_the_shipped_study_files():
+    quick = load_study(STUDY_DIR / "quick.yaml")
+    assert quick.benchmarks() == [("Cora", "GCN"), ("Cora", "GAT"), ("Citeseer", "GCN"), ("Citeseer", "GAT")]
+    assert quick.runs_per_benchmark() == 3 and quick.spec.calibrators == "all"
+
+    offline = load_study(STUDY_DIR / "offline.yaml")
+    assert offline.datasets == ["Cora", "Citeseer", "Computers", "Photo", "CS", "Physics"]
+    assert len(offline.benchmarks()) == 12 and offline.runs_per_benchmark() == 75
+
+    paper = load_study(STUDY_DIR / "paper.yaml")
+    assert len(paper.benchmarks()) == 16 and paper.runs_per_benchmark() == 75
+    names = [c.name for c in paper.calibrators]
+    assert names == ["UnCal", "TS", "VS", "ETS", "CaGCN", "GATS", "SimCalib",
+                     "SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n"]
+    assert [c.name for c in offline.calibrators] == names
