@@ -1,0 +1,107 @@
+"""Cache keys of the study's tasks: what makes a finished task reusable after an interruption.
+
+A task's key hashes everything its numbers depend on and nothing else:
+
+* the run's identity (dataset, backbone, split, init, fold) and the protocol settings that change numbers
+  (study seed, fold and test rates, device, backbone overrides, the fixed split file's content);
+* for a calibrator, its canonical name and resolved options (tuned options included, so a new search
+  result is recomputed);
+* a fingerprint of the library source that computes numbers (data, splits, backbones, calibrators, metrics,
+  protocol), and the torch and torch_geometric versions: changed code never reuses stale results.
+
+Locations (data root, mirror, backbone cache, output folder) are not part of a key: moving a study keeps its
+cache. Keys start with readable parts so the persisted result files can be told apart on disk.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch_geometric
+
+import simcalib
+from simcalib.protocol import ProtocolSettings, Run
+from simcalib.splits import find_split_file, protocol_name
+
+# Library parts that only read, report or parse configuration: editing them does not change any number.
+_NOT_NUMERIC = {"commands", "report", "tuning", "cli.py", "plots.py", "study.py", "tuned.py", "errors.py"}
+KEY_VERSION = 1  # bump when the meaning of a task's result changes
+
+
+@functools.lru_cache(maxsize=1)
+def library_fingerprint() -> str:
+    """sha256 over the source of the numeric parts of ``simcalib`` (file names and contents, sorted)."""
+    root = Path(simcalib.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in _NOT_NUMERIC:
+            continue
+        digest.update(str(relative).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=256)
+def _split_digest(splits_dir: str | None, dataset: str, split: int, protocol: str) -> str:
+    path = find_split_file(Path(splits_dir) if splits_dir else None, dataset, split, protocol)
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path else "generated"
+
+
+def _resolved_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def run_identity(run: Run, settings: ProtocolSettings) -> dict[str, Any]:
+    """Everything that determines a run's backbone, as JSON-able data."""
+    splits_dir = settings.resolved_splits_dir()
+    protocol = protocol_name(settings.fold_rate, settings.n_folds, settings.test_rate)
+    return {
+        "run": [run.dataset, run.backbone, run.split, run.init, run.fold],
+        "seed": settings.study_seed,
+        "protocol": [settings.fold_rate, settings.n_folds, settings.test_rate],
+        "split_file": _split_digest(str(splits_dir) if splits_dir else None, run.dataset, run.split, protocol),
+        "device": _resolved_device(settings.device),
+        "backbone": [[k, v] for k, v in settings.backbone_overrides],
+        "code": library_fingerprint(),
+        "torch": torch.__version__,
+        "pyg": torch_geometric.__version__,
+    }
+
+
+def _digest(identity: dict) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def pretrain_key(run: Run, settings: ProtocolSettings) -> str:
+    identity = {"task": "pretrain", "v": KEY_VERSION, **run_identity(run, settings)}
+    return f"pretrain-{run.tag()}-{_digest(identity)}"
+
+
+def calibrate_key(run: Run, settings: ProtocolSettings, calibrator: str, options: dict | None) -> str:
+    identity = {"task": "calibrate", "v": KEY_VERSION, "calibrator": calibrator, "options": options or {},
+                **run_identity(run, settings)}
+    return f"calibrate-{run.tag()}-{calibrator}-{_digest(identity)}"
+
+
+def pretrain_cache_key_fn(context, parameters: dict) -> str:
+    """Prefect ``cache_key_fn`` of the pretrain task."""
+    return pretrain_key(parameters["run"], parameters["settings"])
+
+
+def calibrate_cache_key_fn(context, parameters: dict) -> str:
+    """Prefect ``cache_key_fn`` of the calibrate task (the predictions folder is an output, not an input)."""
+    return calibrate_key(parameters["run"], parameters["settings"], parameters["calibrator"], parameters["options"])
+
+
+__all__ = [
+    "calibrate_cache_key_fn", "calibrate_key", "library_fingerprint", "pretrain_cache_key_fn", "pretrain_key",
+    "run_identity",
+]

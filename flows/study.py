@@ -1,0 +1,290 @@
+"""The study flow: a study file's benchmarks fanned out as Prefect tasks, tracked in MLflow, then reported.
+
+Shape of one study (``simcalib study run study/quick.yaml``, or a deployment in ``prefect.yaml``)::
+
+    study (validate the file, resolve tuned options, check every dataset loads: fails before any work)
+      run-study (subflow on the study's task runner: threads, processes or Dask)
+        pretrain         per run                  train the run's backbone (or find it in the disk cache)
+        calibrate        per run x calibrator     fit, evaluate on the test nodes -> one results row
+        aggregate        per benchmark            <output>/<Dataset>_<Backbone>/results.csv and summary.csv
+        (MLflow)         per benchmark            parent run + nested run per calibrator (flow process)
+      report             flows.report.report_flow when that module exists
+
+``pretrain`` and ``calibrate`` persist their results under a key of everything their numbers depend on
+(:mod:`flows.caching`), in ``<output>/task-results``: a study killed at any moment and started again
+reuses every finished task and ends with the same numbers. The tasks are plain functions underneath
+(``pretrain.fn(...)``) and can be tested without Prefect.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import as_completed
+
+from flows.caching import calibrate_cache_key_fn, pretrain_cache_key_fn
+from flows.runners import make_task_runner, shared_api_server
+from simcalib.errors import SimCalibError
+from simcalib.protocol import (
+    ProtocolSettings,
+    Run,
+    append_rows,
+    backbone_config,
+    evaluate_calibrator,
+    summarize,
+    train_run_backbone,
+)
+from simcalib.study import BenchmarkPlan, Study, load_study, plan_study
+
+TASK_RESULTS = "task-results"  # under the study's output folder
+PAPER_DIR_ENV = "SIMCALIB_PAPER_DIR"
+
+# torch's random state is process-global: seeded computations in one process run one at a time, so a
+# threaded runner gives the same numbers as a serial one (parallelism comes from processes / Dask workers).
+_COMPUTE_LOCK = threading.Lock()
+
+
+class StudyIncompleteError(SimCalibError):
+    """Some tasks failed; the others' results are written and cached."""
+
+
+def _set_torch_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tasks
+#
+# Plain functions first, wrapped as tasks below: a worker process (Dask, processes) unpickles a task's
+# function by its module path, which must name the function itself and not the Task wrapping it.
+
+
+def pretrain_backbone(run: Run, settings: ProtocolSettings, torch_threads: int | None = None) -> dict:
+    """Train (or load from the disk cache) the backbone of ``run``; returns its training statistics."""
+    with _COMPUTE_LOCK:
+        _set_torch_threads(torch_threads)
+        output = train_run_backbone(run, settings)
+    return {"run": run.tag(), "val_accuracy": float(output.val_accuracy), "val_nll": float(output.val_nll),
+            "best_epoch": int(output.best_epoch), "epochs": int(output.epochs),
+            "train_seconds": float(output.train_seconds)}
+
+
+def calibrate_and_evaluate(run: Run, settings: ProtocolSettings, calibrator: str, options: dict,
+                           predictions_dir: str | None = None, torch_threads: int | None = None) -> dict:
+    """Fit ``calibrator`` on the run's (cached) backbone; returns the run's results row (test metrics)."""
+    with _COMPUTE_LOCK:
+        _set_torch_threads(torch_threads)
+        return evaluate_calibrator(run, settings, calibrator, options, predictions_dir=predictions_dir)
+
+
+def write_benchmark_results(dataset: str, backbone: str, rows: list[dict], out_dir: str) -> dict:
+    """Write one benchmark's ``results.csv`` (rows in the given order) and ``summary.csv``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.csv"
+    partial = out / "results.csv.part"  # written whole, then renamed: a kill never leaves half a file
+    partial.unlink(missing_ok=True)
+    append_rows(partial, rows)
+    partial.replace(results)
+    frame = pd.read_csv(results)
+    summary = summarize(frame)
+    summary.to_csv(out / "summary.csv", index=False, float_format="%.10g")
+    return {"dataset": dataset, "backbone": backbone, "results": str(results), "summary": str(out / "summary.csv"),
+            "rows": len(frame)}
+
+
+_RUN = "{run.dataset}-{run.backbone}-s{run.split}-i{run.init}-f{run.fold}"
+pretrain = task(pretrain_backbone, name="pretrain", task_run_name=f"pretrain-{_RUN}",
+                cache_key_fn=pretrain_cache_key_fn, persist_result=True, result_serializer="json")
+calibrate = task(calibrate_and_evaluate, name="calibrate", task_run_name=f"calibrate-{{calibrator}}-{_RUN}",
+                 cache_key_fn=calibrate_cache_key_fn, persist_result=True, result_serializer="json")
+aggregate = task(write_benchmark_results, name="aggregate", task_run_name="aggregate-{dataset}-{backbone}",
+                 cache_policy=NO_CACHE, persist_result=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Flows
+
+
+@dataclass
+class _Tally:
+    computed: int = 0
+    cached: int = 0
+    failed: list[str] = field(default_factory=list)
+
+    def add(self, future, what: str) -> bool:
+        future.wait()  # records the final state on the future (else `state` asks the API, which may lag)
+        state = future.state
+        if state.is_completed():
+            if state.name == "Cached":
+                self.cached += 1
+            else:
+                self.computed += 1
+            return True
+        self.failed.append(f"{what}: {state.message or state.name}")
+        return False
+
+    def as_dict(self) -> dict:
+        return {"computed": self.computed, "cached": self.cached, "failed": len(self.failed)}
+
+
+@flow(name="study", log_prints=True)
+def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = None) -> dict:
+    """Run the study described by ``study_file`` (``overrides``: nested keys that win over the file)."""
+    study = load_study(study_file, overrides)
+    plan_study(study)  # fail on input before the task runner (a Dask cluster, processes) even starts
+    runner = study.spec.task_runner
+    with shared_api_server(runner):
+        subflow = run_study.with_options(task_runner=make_task_runner(runner), name="run-study",
+                                         flow_run_name=f"{study.name}-{runner.kind}")
+        return subflow(study_file, overrides)
+
+
+@flow(name="run-study", log_prints=True)
+def run_study(study_file: str, overrides: dict | None = None) -> dict:
+    """The fan-out of a validated study on the task runner this flow was given."""
+    logger = get_run_logger()
+    study = load_study(study_file, overrides)
+    plans = plan_study(study)
+    settings = study.settings()
+    spec = study.spec
+    storage = (study.output / TASK_RESULTS).resolve()  # a Path: Prefect stores results there as local files
+    pretrain_task = pretrain.with_options(result_storage=storage)
+    calibrate_task = calibrate.with_options(result_storage=storage)
+    threads = spec.task_runner.torch_threads
+
+    n_tasks = sum(len(p.runs) * (1 + len(p.calibrators)) for p in plans)
+    logger.info("study %s: %d benchmarks x %d runs, %d calibrators -> %d tasks on %s (%d workers); output %s",
+                study.name, len(plans), study.runs_per_benchmark(), len(study.calibrators), n_tasks,
+                spec.task_runner.kind, spec.task_runner.workers, study.output)
+
+    pretrains: dict = {}  # future -> (plan, run)
+    calibrations: dict = {}  # future -> (plan, run, calibrator)
+    for plan in plans:
+        predictions = str(plan.out_dir / "predictions") if spec.save_predictions else None
+        for run in plan.runs:
+            backbone = pretrain_task.submit(run, settings, threads)
+            pretrains[backbone] = (plan, run)
+            for name, options in plan.calibrators:
+                future = calibrate_task.submit(run, settings, name, options, predictions, threads, wait_for=[backbone])
+                calibrations[future] = (plan, run, name)
+
+    tracker = _tracker(study, logger)
+    pre_tally, cal_tally = _Tally(), _Tally()
+    backbone_stats: dict[str, list[dict]] = {p.name: [] for p in plans}
+    remaining = {p.name: len(p.runs) * len(p.calibrators) for p in plans}
+    rows: dict[str, list[tuple[tuple, dict]]] = {p.name: [] for p in plans}
+    benchmarks: list[dict] = []
+    done = 0
+    # A run's pretrain finishes before its calibrations start, so a benchmark whose calibrations are all
+    # done has all its backbone statistics too.
+    for future in as_completed([*pretrains, *calibrations]):
+        if future in pretrains:
+            plan, run = pretrains[future]
+            if pre_tally.add(future, f"pretrain {run.tag()}"):
+                backbone_stats[plan.name].append(future.result())
+            continue
+        plan, run, name = calibrations[future]
+        done += 1
+        if cal_tally.add(future, f"calibrate {run.tag()} {name}"):
+            row = future.result()
+            order = (run.split, run.init, run.fold, [c for c, _ in plan.calibrators].index(name))
+            rows[plan.name].append((order, row))
+            logger.info("[%d/%d] %s s%d i%d f%d %-10s ECE %6.2f%%  (%s)", done, len(calibrations), plan.name,
+                        run.split, run.init, run.fold, name, row["ece"], future.state.name.lower())
+        else:
+            logger.error("[%d/%d] %s", done, len(calibrations), cal_tally.failed[-1])
+        remaining[plan.name] -= 1
+        if remaining[plan.name] == 0 and rows[plan.name]:
+            ordered = [row for _, row in sorted(rows[plan.name], key=lambda item: item[0])]
+            benchmarks.append(_finish_benchmark(study, plan, ordered, backbone_stats[plan.name], tracker, logger))
+
+    result = {
+        "study": study.name, "study_file": study.source, "output": str(study.output),
+        "tracking_uri": study.tracking_uri, "experiment": study.experiment_name,
+        "tasks": {"pretrain": pre_tally.as_dict(), "calibrate": cal_tally.as_dict()},
+        "benchmarks": benchmarks, "report": None,
+    }
+    failures = pre_tally.failed + cal_tally.failed
+    if failures:
+        raise StudyIncompleteError(
+            f"{len(failures)} task(s) failed ({'; '.join(failures[:5])}{' ...' if len(failures) > 5 else ''}); "
+            f"the results of the others are in {study.output} and cached: fix the cause and run the same command "
+            "again to compute only what is missing")
+    if spec.report:
+        result["report"] = _report(study, logger)
+    logger.info("study %s finished: pretrain %s, calibrate %s", study.name, pre_tally.as_dict(), cal_tally.as_dict())
+    return result
+
+
+def _tracker(study: Study, logger):
+    from flows.tracking import StudyTracker
+
+    tracker = StudyTracker(study.tracking_uri, study.experiment_name)
+    logger.info("MLflow: experiment %r at %s", study.experiment_name, study.tracking_uri)
+    return tracker
+
+
+def _finish_benchmark(study: Study, plan: BenchmarkPlan, rows: list[dict], backbone_stats: list[dict],
+                      tracker, logger) -> dict:
+    """Aggregate one benchmark, then log it to MLflow from this (the flow's) process."""
+    from flows.tracking import BenchmarkRecord, calibrator_hyperparameters, git_commit, package_versions
+
+    written = aggregate(plan.dataset, plan.backbone, rows, str(plan.out_dir))
+    results = pd.read_csv(written["results"])
+    summary = pd.read_csv(written["summary"])
+    spec = study.spec
+    settings = study.settings()
+    params = {
+        "study": study.name, "study_file": study.source, "study_seed": spec.seed,
+        "splits": study.splits, "inits": study.inits, "folds": study.folds, "label_rate": spec.runs.label_rate,
+        "runs": len(plan.runs), "calibrators": [c for c, _ in plan.calibrators],
+        "run_seeds": [r.seed(settings) for r in plan.runs], "seed_rule": "simcalib.seeding.run_seed",
+        "task_runner": spec.task_runner.kind, "device": spec.device, "git_commit": git_commit(),
+        **{f"backbone.{k}": v for k, v in vars(backbone_config(plan.runs[0], settings)).items()},
+        **{f"version.{k}": v for k, v in package_versions().items()},
+    }
+    stats = pd.DataFrame(backbone_stats)
+    backbone_metrics = ({f"backbone.{k}_mean": float(stats[k].mean())
+                         for k in ("val_accuracy", "val_nll", "best_epoch", "epochs", "train_seconds")}
+                        if len(stats) else {})
+    record = BenchmarkRecord(
+        study=study.name, dataset=plan.dataset, backbone=plan.backbone, results=results, summary=summary,
+        params=params,
+        calibrator_params={c: calibrator_hyperparameters(c, plan.dataset, plan.backbone, o) for c, o in plan.calibrators},
+        backbone_metrics=backbone_metrics,
+        files=[Path(written["results"]), Path(written["summary"]), Path(study.source)],
+        predictions_dir=plan.out_dir / "predictions" if spec.save_predictions else None,
+    )
+    run_id, logged = tracker.log_benchmark(record)
+    logger.info("%s: %d rows -> %s; MLflow run %s (%s)", plan.name, len(results), written["results"], run_id,
+                "logged" if logged else "already logged, unchanged")
+    return {**written, "mlflow_run_id": run_id}
+
+
+def _report(study: Study, logger) -> str | None:
+    """Run ``flows.report.report_flow`` on the study's output when that module exists; returns report.md."""
+    try:
+        from flows.report import report_flow
+    except ModuleNotFoundError as exc:
+        if exc.name != "flows.report":
+            raise
+        logger.info("no flows/report.py: skipping the report")
+        return None
+    return report_flow(results_dir=str(study.output), out_dir=str(study.output / "report"),
+                       paper_dir=os.environ.get(PAPER_DIR_ENV), title=f"SimCalib study {study.name!r}",
+                       tracking_uri=study.tracking_uri, experiment=study.experiment_name)
+
+
+__all__ = [
+    "StudyIncompleteError", "aggregate", "calibrate", "pretrain", "run_study", "study_flow",
+]

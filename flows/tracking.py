@@ -1,0 +1,246 @@
+"""MLflow tracking of a study: one experiment per study, one parent run per benchmark, one nested run per
+calibrator.
+
+* Parent run ``<Dataset>-<Backbone>``: params (study seed, runs, label rate, backbone hyperparameters, run
+  seeds, package versions, git commit), backbone metrics, each calibrator's mean ECE, and artifacts (the
+  benchmark's ``results.csv`` and ``summary.csv``, the study file).
+* Nested run ``<Dataset>-<Backbone>-<Calibrator>``: every hyperparameter of the calibrator (constructor
+  defaults, protocol weight decay, registry preset, study options), each metric's mean and population std
+  (``ece_mean``, ``ece_std``, ...) and its per-run values as steps (``ece`` at step i = i-th run in
+  (split, init, fold) order), and a reliability diagram of all runs' test predictions pooled.
+
+Logging happens in the flow's own process, from one thread at a time (a lock), through ``MlflowClient`` with
+explicit run ids (no fluent active-run state), so parallel tasks can neither lose nor duplicate runs. It is
+idempotent: a benchmark whose identical content is already logged (a resumed study) is skipped, and older
+runs of the same benchmark in the study's experiment are soft-deleted (restorable in the MLflow UI), so the
+experiment holds exactly one parent run per benchmark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import platform
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from mlflow.entities import Metric, Param, ViewType
+from mlflow.tracking import MlflowClient
+
+from simcalib.metrics import METRIC_NAMES
+
+TAG_STUDY = "simcalib.study"
+TAG_BENCHMARK = "simcalib.benchmark"
+TAG_ROLE = "simcalib.role"
+TAG_CONTENT = "simcalib.content_hash"
+TAG_CALIBRATOR = "simcalib.calibrator"
+PARENT_TAG = "mlflow.parentRunId"
+PACKAGES = ("simcalib", "torch", "torch_geometric", "numpy", "scipy", "pandas", "prefect", "mlflow", "pydantic")
+BATCH = 500  # metrics per log_batch call (MLflow allows 1000)
+
+
+def artifact_location(tracking_uri: str) -> str | None:
+    """For a SQLite tracking file, an artifact folder beside it (``mlartifacts``); else the server's default."""
+    if tracking_uri.startswith("sqlite:///"):
+        database = Path(tracking_uri[len("sqlite:///"):])
+        return (database.parent / "mlartifacts").resolve().as_uri()
+    return None
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def git_commit(folder: str | Path = ".") -> str:
+    """The commit of ``folder``'s checkout, with ``-dirty`` when files differ from it; ``unknown`` outside git."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
+                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit}-dirty" if status else commit
+
+
+def calibrator_hyperparameters(name: str, dataset: str, backbone: str, options: dict) -> dict:
+    """Every constructor option of calibrator ``name`` as it is built on (dataset, backbone): the defaults of
+    each class in its hierarchy, the protocol's weight decay, the registry preset, then ``options``."""
+    from simcalib.calibrators import CALIBRATORS, canonical_calibrator, default_weight_decay
+
+    entry = CALIBRATORS[canonical_calibrator(name)]
+    values: dict = {}
+    for cls in reversed(entry.cls.__mro__):
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        for parameter in list(inspect.signature(init).parameters.values())[1:]:
+            if parameter.default is not inspect.Parameter.empty and parameter.name != "num_classes":
+                values[parameter.name] = parameter.default
+    values["weight_decay"] = default_weight_decay(entry.cls.name, dataset, backbone)
+    return {**values, **entry.preset, **options}
+
+
+@dataclass
+class BenchmarkRecord:
+    """What is logged for one benchmark (built by the study flow after its aggregate task)."""
+
+    study: str
+    dataset: str
+    backbone: str
+    results: pd.DataFrame  # RESULT_COLUMNS rows of this benchmark
+    summary: pd.DataFrame  # simcalib.protocol.summarize(results)
+    params: dict  # benchmark-level parameters
+    calibrator_params: dict[str, dict]  # calibrator -> hyperparameters
+    backbone_metrics: dict[str, float] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)  # parent-run artifacts
+    predictions_dir: Path | None = None  # saved test predictions, for reliability diagrams
+
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}-{self.backbone}"
+
+    def content_hash(self) -> str:
+        """Identity of what would be logged: results rows (as written), parameters and file contents."""
+        digest = hashlib.sha256()
+        digest.update(self.results.to_csv(index=False, float_format="%.10g").encode())
+        digest.update(json.dumps([self.params, self.calibrator_params], sort_keys=True, default=str).encode())
+        return digest.hexdigest()[:16]
+
+
+class StudyTracker:
+    """Logs benchmarks of one study to MLflow (thread-safe; one instance per flow run)."""
+
+    _lock = threading.Lock()  # class-wide: SQLite takes one writer at a time, and so do we
+
+    def __init__(self, tracking_uri: str, experiment_name: str):
+        self.tracking_uri = tracking_uri
+        self.experiment_name = experiment_name
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+        with self._lock:
+            experiment = self.client.get_experiment_by_name(experiment_name)
+            if experiment is None:
+                self.experiment_id = self.client.create_experiment(
+                    experiment_name, artifact_location=artifact_location(tracking_uri))
+            else:
+                self.experiment_id = experiment.experiment_id
+                if experiment.lifecycle_stage == "deleted":
+                    self.client.restore_experiment(self.experiment_id)
+
+    def benchmark_runs(self, benchmark: str, view: int = ViewType.ACTIVE_ONLY) -> list:
+        query = f"tags.`{TAG_BENCHMARK}` = '{benchmark}' and tags.`{TAG_ROLE}` = 'benchmark'"
+        return list(self.client.search_runs([self.experiment_id], query, run_view_type=view, max_results=1000))
+
+    def children(self, parent_id: str) -> list:
+        return list(self.client.search_runs([self.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_id}'",
+                                            max_results=1000))
+
+    def log_benchmark(self, record: BenchmarkRecord) -> tuple[str, bool]:
+        """Log ``record``; returns (parent run id, whether anything was logged now)."""
+        with self._lock:
+            content = record.content_hash()
+            existing = self.benchmark_runs(record.name)
+            for run in existing:
+                if run.info.status == "FINISHED" and run.data.tags.get(TAG_CONTENT) == content:
+                    return run.info.run_id, False
+            for run in existing:  # stale (other content) or never finished (killed mid-logging)
+                for child in self.children(run.info.run_id):
+                    self.client.delete_run(child.info.run_id)
+                self.client.delete_run(run.info.run_id)
+            return self._log(record, content), True
+
+    # -----------------------------------------------------------------------------------------------------
+
+    def _log(self, record: BenchmarkRecord, content: str) -> str:
+        tags = {TAG_STUDY: record.study, TAG_BENCHMARK: record.name, TAG_ROLE: "benchmark", TAG_CONTENT: content,
+                "mlflow.source.git.commit": str(record.params.get("git_commit", "unknown"))}
+        parent = self.client.create_run(self.experiment_id, tags=tags, run_name=record.name).info.run_id
+        summary = record.summary.set_index("calibrator")
+        metrics = [(k, v) for k, v in record.backbone_metrics.items()]
+        metrics += [(f"ece_mean.{c}", float(summary.loc[c, "ece_mean"])) for c in summary.index]
+        self._batch(parent, params=record.params, metrics=metrics)
+        for path in record.files:
+            self.client.log_artifact(parent, str(path))
+        for calibrator in summary.index:
+            self._log_calibrator(record, parent, calibrator, summary.loc[calibrator])
+        self.client.set_terminated(parent, "FINISHED")
+        return parent
+
+    def _log_calibrator(self, record: BenchmarkRecord, parent: str, calibrator: str, summary: pd.Series) -> None:
+        tags = {TAG_STUDY: record.study, TAG_BENCHMARK: record.name, TAG_ROLE: "calibrator",
+                TAG_CALIBRATOR: calibrator, PARENT_TAG: parent}
+        child = self.client.create_run(self.experiment_id, tags=tags,
+                                       run_name=f"{record.name}-{calibrator}").info.run_id
+        rows = record.results[record.results["calibrator"] == calibrator].sort_values(["split", "init", "fold"])
+        metrics = [("runs", float(len(rows)))]
+        metrics += [(f"{m}_{stat}", float(summary[f"{m}_{stat}"])) for m in METRIC_NAMES for stat in ("mean", "std")]
+        steps = [(m, float(value), step) for m in METRIC_NAMES for step, value in enumerate(rows[m])]
+        params = {"calibrator": calibrator, **record.calibrator_params.get(calibrator, {})}
+        self._batch(child, params=params, metrics=metrics, steps=steps)
+        with tempfile.TemporaryDirectory(prefix="simcalib-mlflow-") as folder:
+            figure = self._reliability_png(record, calibrator, Path(folder))
+            if figure is not None:
+                self.client.log_artifact(child, str(figure))
+        self.client.set_terminated(child, "FINISHED")
+
+    def _batch(self, run_id: str, params: dict | None = None, metrics: list | None = None,
+               steps: list | None = None) -> None:
+        now = int(time.time() * 1000)
+        entries = [Metric(k, v, now, 0) for k, v in metrics or []] + [Metric(k, v, now, s) for k, v, s in steps or []]
+        # MLflow params are strings of at most 6000 characters; longer ones (none expected) are cut visibly
+        param_list = [Param(str(k), _param_text(v)) for k, v in (params or {}).items()]
+        for start in range(0, max(len(param_list), 1), 100):
+            if param_list[start:start + 100]:
+                self.client.log_batch(run_id, params=param_list[start:start + 100], synchronous=True)
+        for start in range(0, len(entries), BATCH):
+            self.client.log_batch(run_id, metrics=entries[start:start + BATCH], synchronous=True)
+
+    def _reliability_png(self, record: BenchmarkRecord, calibrator: str, folder: Path) -> Path | None:
+        """Reliability diagram of every run's test predictions of ``calibrator`` pooled, as a PNG file."""
+        if record.predictions_dir is None:
+            return None
+        from simcalib.plots import reliability_diagram
+        from simcalib.report.figures import pool_predictions
+
+        paths = sorted(str(p) for p in Path(record.predictions_dir).glob(f"*_{calibrator}.npz")
+                       if p.name.removesuffix(f"_{calibrator}.npz").count("_") == 4)  # not SimCalib_l for SimCalib
+        pooled = pool_predictions(paths)
+        if pooled is None:
+            return None
+        probs, labels = pooled.as_probs()
+        ax = reliability_diagram(probs, labels, title=f"{record.name} {calibrator} ({pooled.runs} runs)")
+        path = folder / f"reliability_{calibrator}.png"
+        ax.figure.savefig(path, dpi=110)
+        return path
+
+
+def _param_text(value) -> str:
+    if isinstance(value, float):
+        text = repr(value)
+    elif isinstance(value, (list, tuple, dict)):
+        text = json.dumps(value, default=str)
+    elif isinstance(value, np.generic):
+        text = repr(value.item())
+    else:
+        text = str(value)
+    return text if len(text) <= 6000 else text[:5980] + "...(truncated)"
+
+
+__all__ = [
+    "BenchmarkRecord", "StudyTracker", "artifact_location", "calibrator_hyperparameters", "git_commit",
+    "package_versions",
+]

@@ -1,0 +1,41 @@
+"""Cache keys: everything a task's numbers depend on, and nothing else."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from flows.caching import calibrate_key, library_fingerprint, pretrain_key
+from simcalib.protocol import ProtocolSettings, Run
+
+RUN = Run("Cora", "GCN", 0, 1, 2)
+SETTINGS = ProtocolSettings(device="cpu", backbone_overrides=(("max_epochs", 20),))
+
+
+def test_keys_are_stable_and_readable():
+    assert pretrain_key(RUN, SETTINGS) == pretrain_key(Run("Cora", "GCN", 0, 1, 2), ProtocolSettings(
+        device="cpu", backbone_overrides=(("max_epochs", 20),)))
+    assert pretrain_key(RUN, SETTINGS).startswith("pretrain-Cora_GCN_s0_i1_f2-")
+    assert calibrate_key(RUN, SETTINGS, "TS", {}).startswith("calibrate-Cora_GCN_s0_i1_f2-TS-")
+    assert len(library_fingerprint()) == 16
+
+
+def test_what_changes_numbers_changes_the_key():
+    base = calibrate_key(RUN, SETTINGS, "TS", {"lr": 0.01})
+    assert calibrate_key(RUN, SETTINGS, "TS", {"lr": 0.02}) != base
+    assert calibrate_key(RUN, SETTINGS, "VS", {"lr": 0.01}) != base
+    assert calibrate_key(Run("Cora", "GCN", 0, 1, 1), SETTINGS, "TS", {"lr": 0.01}) != base
+    for change in ({"study_seed": 11}, {"fold_rate": 0.02}, {"backbone_overrides": (("max_epochs", 30),)}):
+        assert calibrate_key(RUN, dataclasses.replace(SETTINGS, **change), "TS", {"lr": 0.01}) != base
+
+
+def test_locations_do_not_change_the_key(tmp_path):
+    moved = dataclasses.replace(SETTINGS, data_root=str(tmp_path), mirror=str(tmp_path), cache_dir=str(tmp_path))
+    assert pretrain_key(RUN, moved) == pretrain_key(RUN, SETTINGS)
+    assert calibrate_key(RUN, moved, "TS", {}) == calibrate_key(RUN, SETTINGS, "TS", {})
+
+
+def test_the_fixed_split_file_content_is_part_of_the_key(splits_dir, monkeypatch):
+    monkeypatch.delenv("SIMCALIB_SPLITS_DIR", raising=False)  # None then means generated splits
+    with_files = dataclasses.replace(SETTINGS, splits_dir=str(splits_dir))
+    generated = dataclasses.replace(SETTINGS, splits_dir=None)
+    assert pretrain_key(RUN, with_files) != pretrain_key(RUN, generated)

@@ -1,0 +1,45 @@
+"""Task-runner selection, and a tiny study on a local Dask cluster on loopback (same numbers as threads)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
+from study_helpers import numbers
+
+from flows.runners import make_task_runner
+from simcalib.study import TaskRunnerSpec
+
+
+def test_each_kind_gives_its_runner():
+    from prefect_dask import DaskTaskRunner
+
+    assert isinstance(make_task_runner(TaskRunnerSpec(kind="threads", workers=3)), ThreadPoolTaskRunner)
+    assert isinstance(make_task_runner(TaskRunnerSpec(kind="processes")), ProcessPoolTaskRunner)
+    remote = make_task_runner(TaskRunnerSpec(kind="dask", address="tcp://10.1.2.3:8786"))
+    assert isinstance(remote, DaskTaskRunner) and remote.address == "tcp://10.1.2.3:8786"
+    local = make_task_runner(TaskRunnerSpec(kind="dask", workers=2))
+    assert local.address is None
+    assert local.cluster_kwargs["host"] == "127.0.0.1"  # the scheduler and workers listen on loopback only
+    assert local.cluster_kwargs["n_workers"] == 2 and local.cluster_kwargs["threads_per_worker"] == 1
+
+
+def test_tiny_study_on_a_local_dask_cluster_matches_the_threads_run(reference, study_env):
+    from flows.study import study_flow
+
+    path = study_env.write("dask", runner={"kind": "dask", "workers": 2})
+    result = study_flow(str(path))
+    assert result["tasks"]["calibrate"] == {"computed": 12, "cached": 0, "failed": 0}
+    results = pd.read_csv(result["benchmarks"][0]["results"])
+    pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))
+
+
+@pytest.mark.slow
+def test_tiny_study_on_processes_matches_the_threads_run(reference, study_env):
+    from flows.study import study_flow
+
+    path = study_env.write("processes", runner={"kind": "processes", "workers": 2})
+    result = study_flow(str(path))
+    assert result["tasks"]["calibrate"] == {"computed": 12, "cached": 0, "failed": 0}
+    results = pd.read_csv(result["benchmarks"][0]["results"])
+    pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))

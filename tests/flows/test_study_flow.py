@@ -1,0 +1,138 @@
+"""The study flow: tasks without Prefect, a tiny study end to end, caching, MLflow runs, kill -9 and resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+from study_helpers import PROJECT_ROOT, TASKS_LINE, TINY_CALIBRATORS, numbers
+
+from simcalib.protocol import RESULT_COLUMNS, ProtocolSettings, Run
+
+
+def test_tasks_are_plain_functions_underneath(tiny_protocol: ProtocolSettings, tmp_path):
+    from flows.study import aggregate, calibrate, pretrain
+
+    run = Run("Cora", "GCN", 0, 0, 1)
+    stats = pretrain.fn(run, tiny_protocol)
+    assert stats["run"] == run.tag() and 0.3 < stats["val_accuracy"] <= 1 and stats["epochs"] <= 20
+    rows = [calibrate.fn(run, tiny_protocol, name, {}, str(tmp_path / "predictions")) for name in ("UnCal", "TS")]
+    assert all(set(RESULT_COLUMNS) <= set(row) for row in rows)
+    assert rows[0]["accuracy"] == pytest.approx(rows[1]["accuracy"])  # TS keeps the argmax
+    assert rows[1]["nll"] < rows[0]["nll"]  # ... and lowers the NLL it was fitted on (on test nodes too here)
+    assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == [
+        "Cora_GCN_s0_i0_f1_TS.npz", "Cora_GCN_s0_i0_f1_UnCal.npz"]
+
+    written = aggregate.fn("Cora", "GCN", rows, str(tmp_path / "bench"))
+    results = pd.read_csv(written["results"])
+    assert list(results["calibrator"]) == ["UnCal", "TS"] and list(results.columns[:len(RESULT_COLUMNS)]) == RESULT_COLUMNS
+    summary = pd.read_csv(written["summary"])
+    assert summary.set_index("calibrator").loc["TS", "ece_mean"] == pytest.approx(rows[1]["ece"])
+
+
+def test_reference_study_writes_results_and_tracks_them(reference):
+    tasks = reference.result["tasks"]
+    assert tasks["pretrain"] == {"computed": 3, "cached": 0, "failed": 0}
+    assert tasks["calibrate"] == {"computed": 12, "cached": 0, "failed": 0}
+    results = reference.results
+    assert len(results) == 12 and set(results["calibrator"]) == set(TINY_CALIBRATORS)
+    assert list(results["fold"]) == [0] * 4 + [1] * 4 + [2] * 4  # run order, then the study's calibrator order
+    assert list(results["calibrator"][:4]) == TINY_CALIBRATORS
+    assert (reference.output / "Cora_GCN" / "predictions").is_dir()
+
+    client = MlflowClient(reference.result["tracking_uri"])
+    experiment = client.get_experiment_by_name(reference.result["experiment"])
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(runs) == 5 and len(parents) == 1 and len(children) == 4  # 2 workers: nothing lost, nothing twice
+    parent = parents[0]
+    assert parent.info.run_name == "Cora-GCN" and parent.info.status == "FINISHED"
+    assert parent.data.params["study_seed"] == "10" and parent.data.params["backbone.max_epochs"] == "20"
+    assert parent.data.params["version.torch"] and parent.data.params["git_commit"]
+    ts = next(c for c in children if c.info.run_name == "Cora-GCN-TS")
+    assert ts.data.metrics["ece_mean"] == pytest.approx(results.loc[results.calibrator == "TS", "ece"].mean())
+    history = client.get_metric_history(ts.info.run_id, "ece")
+    assert [m.step for m in history] == [0, 1, 2]
+    assert [m.value for m in history] == pytest.approx(list(results.loc[results.calibrator == "TS", "ece"]))
+    assert ts.data.params["lr"] == "0.01" and ts.data.params["max_epochs"] == "2000"
+    artifacts = {a.path for a in client.list_artifacts(ts.info.run_id)}
+    assert artifacts == {"reliability_TS.png"}
+    assert {"results.csv", "summary.csv", "study.yaml"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
+
+
+def test_rerun_takes_everything_from_the_cache_and_logs_nothing_twice(reference, monkeypatch):
+    from flows.study import study_flow
+
+    reported = []
+    fake = types.ModuleType("flows.report")
+    fake.report_flow = lambda **kwargs: reported.append(kwargs) or "report.md"
+    monkeypatch.setitem(sys.modules, "flows.report", fake)
+    before = (reference.output / "Cora_GCN" / "results.csv").read_bytes()
+
+    result = study_flow(str(reference.study_file), {"report": True})
+
+    assert result["tasks"]["pretrain"] == {"computed": 0, "cached": 3, "failed": 0}
+    assert result["tasks"]["calibrate"] == {"computed": 0, "cached": 12, "failed": 0}
+    assert (reference.output / "Cora_GCN" / "results.csv").read_bytes() == before
+    assert result["benchmarks"][0]["mlflow_run_id"] == reference.result["benchmarks"][0]["mlflow_run_id"]
+    client = MlflowClient(result["tracking_uri"])
+    experiment = client.get_experiment_by_name(result["experiment"])
+    assert len(client.search_runs([experiment.experiment_id])) == 5
+    assert result["report"] == "report.md" and len(reported) == 1
+    assert reported[0]["results_dir"] == str(reference.output)
+    assert reported[0]["out_dir"] == str(reference.output / "report")
+    assert reported[0]["paper_dir"] == os.environ.get("SIMCALIB_PAPER_DIR")
+    assert (reported[0]["tracking_uri"], reported[0]["experiment"]) == (result["tracking_uri"], result["experiment"])
+
+
+def test_changed_options_recompute_only_that_calibrator(reference, study_env):
+    from flows.study import study_flow
+
+    path = study_env.write("changed", calibrators={"UnCal": {}, "TS": {"lr": 0.05}})
+    # the same task cache as the reference, so only what the change touches is computed
+    result = study_flow(str(path), {"output": str(reference.output)})
+    assert result["tasks"]["calibrate"] == {"computed": 3, "cached": 3, "failed": 0}
+    assert result["tasks"]["pretrain"]["cached"] == 3
+
+
+def _start(study_file: Path, api_url: str, home: Path) -> subprocess.Popen:
+    env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)], cwd=PROJECT_ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def test_kill_9_then_the_same_command_recomputes_nothing_finished(reference, study_env, prefect_api, tmp_path):
+    study_file = study_env.write("killed")
+    task_results = study_file.parent / "out" / "task-results"
+    process = _start(study_file, prefect_api, tmp_path)
+    deadline = time.monotonic() + 240
+    while len(list(task_results.glob("calibrate-*"))) < 3:
+        assert process.poll() is None, process.stdout.read()
+        assert time.monotonic() < deadline, "no calibrate task finished within 240 s"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    finished = {p.name: p.stat().st_mtime_ns for p in task_results.iterdir()}
+    n_pretrain = sum(name.startswith("pretrain-") for name in finished)
+    n_calibrate = sum(name.startswith("calibrate-") for name in finished)
+    assert 3 <= n_calibrate < 12, "the kill came after the study had finished: nothing to resume"
+    assert not (study_file.parent / "out" / "Cora_GCN" / "results.csv").exists()
+
+    resumed = _start(study_file, prefect_api, tmp_path)
+    output, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, output
+    counts = [int(x) for x in TASKS_LINE.search(output).groups()]
+    assert counts == [3 - n_pretrain, n_pretrain, 12 - n_calibrate, n_calibrate], output
+    assert all(task_results.joinpath(name).stat().st_mtime_ns == mtime for name, mtime in finished.items())
+    results = pd.read_csv(study_file.parent / "out" / "Cora_GCN" / "results.csv")
+    pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))  # identical numbers, bit for bit

@@ -1,0 +1,89 @@
+"""`simcalib ui`: headless Chromium finds the study's runs in the MLflow UI (screenshot in test-artifacts/);
+with all three services (slow: a Prefect server migrates its new database first), each answers on 127.0.0.1;
+Ctrl-C stops everything it started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+
+import pytest
+from mlflow.tracking import MlflowClient
+from study_helpers import PROJECT_ROOT
+
+from flows.services import free_port, port_in_use
+
+SERVICES = ("mlflow", "optuna", "prefect")
+
+
+def read_until(process: subprocess.Popen, text: str, timeout: float) -> str:
+    lines, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line and process.poll() is not None:
+            break
+        lines.append(line)
+        if text in line:
+            return "".join(lines)
+    raise AssertionError(f"`simcalib ui` did not print {text!r} within {timeout} s:\n{''.join(lines)}")
+
+
+@contextmanager
+def simcalib_ui(reference, tmp_path, services: tuple[str, ...]):
+    """Start `simcalib ui` on free ports; yield (ports, what it printed); then Ctrl-C it and check it stopped."""
+    ports = {name: free_port() for name in SERVICES}
+    command = [sys.executable, "-m", "simcalib.cli", "ui", "--only", ",".join(services),
+               "--tracking-uri", reference.result["tracking_uri"], "--optuna-storage", f"sqlite:///{tmp_path / 'o.db'}",
+               "--log-dir", str(tmp_path / "logs"), *[f"--{name}-port={port}" for name, port in ports.items()]]
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PYTHONUNBUFFERED": "1"}
+    env.pop("PREFECT_API_URL", None)
+    process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    try:
+        yield ports, read_until(process, "ready; press Ctrl-C to stop", timeout=240)
+    finally:
+        process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal does
+        try:
+            rest, _ = process.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+    assert process.returncode == 0, rest
+    assert rest.rstrip().endswith("stopped")
+    assert not any(port_in_use(ports[name]) for name in services)
+
+
+def test_browser_finds_the_study_runs_in_the_mlflow_ui(reference, chromium, artifacts_dir, tmp_path):
+    with simcalib_ui(reference, tmp_path, ("mlflow",)) as (ports, printed):
+        mlflow_url = f"http://127.0.0.1:{ports['mlflow']}"
+        assert mlflow_url in printed
+        client = MlflowClient(mlflow_url)  # the REST API of the UI's server
+        experiment = client.get_experiment_by_name(reference.result["experiment"])
+        names = sorted(r.info.run_name for r in client.search_runs([experiment.experiment_id]))
+        assert names == ["Cora-GCN", "Cora-GCN-ETS", "Cora-GCN-TS", "Cora-GCN-UnCal", "Cora-GCN-VS"]
+
+        page = f"{mlflow_url}/#/experiments/{experiment.experiment_id}/runs"
+        dom = chromium.dom(page)
+        assert "Cora-GCN" in dom and "matching runs" in dom  # rendered by the UI's JavaScript from the API
+        png = chromium.screenshot(page, artifacts_dir / "mlflow_ui_study_runs.png")
+        from matplotlib.image import imread
+
+        pixels = imread(png)
+        assert pixels.shape[:2] == (1000, 1400) and pixels.std() > 0.05  # a rendered page, not a blank one
+
+
+@pytest.mark.slow
+def test_all_three_dashboards_answer_on_loopback(reference, tmp_path):
+    with simcalib_ui(reference, tmp_path, SERVICES) as (ports, printed):
+        urls = {"mlflow": f"http://127.0.0.1:{ports['mlflow']}/health",
+                "optuna": f"http://127.0.0.1:{ports['optuna']}/api/studies",
+                "prefect": f"http://127.0.0.1:{ports['prefect']}/api/health"}
+        for name, url in urls.items():
+            assert f"http://127.0.0.1:{ports[name]}" in printed
+            with urllib.request.urlopen(url, timeout=10) as response:
+                assert response.status == 200, name
