@@ -27,7 +27,7 @@ export DO_NOT_TRACK = true
 export MLFLOW_DISABLE_TELEMETRY = true
 export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 
-.PHONY: install study test test-slow lint benchmark clean
+.PHONY: install study test test-slow lint benchmark clean chromium
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,13 +39,19 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 study: install
-	$(VENV)/bin/simcalib benchmark --dataset cora --backbone gcn --calibrators uncal,ts,vs,ets \
-		--splits 1 --inits 1 --folds 3 --out results/quick
+	$(VENV)/bin/simcalib study run $(STUDY)
 
-test: install
+test: install chromium
 	$(PY) -m pytest -q
 
-test-slow: install
+# Headless Chromium from Debian's packages, for the browser tests (they are skipped without it).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else echo "note: chromium is not installed (apt-get install -y chromium); browser tests will be skipped"; fi; }
+
+test-slow: install chromium
 	$(PY) -m pytest -q -m slow
 
 lint: install

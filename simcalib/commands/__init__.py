@@ -10,5 +10,7 @@ COMMAND_MODULES = [
     "simcalib.commands.data",
     "simcalib.commands.tune",
     "simcalib.commands.report",
+    "simcalib.commands.study",
+    "simcalib.commands.ui",
     # Later command groups register here: study (flows), tune (flows), report, ui.
 ]

@@ -1,0 +1,130 @@
+"""``simcalib study run|check FILE``: an orchestrated study (Prefect flow, MLflow tracking, report).
+
+``run`` validates the file and checks its data before Prefect even starts (input errors: one line, exit 2),
+then runs :func:`flows.study.study_flow` and prints where the results, the MLflow UI and the report are.
+Interrupted (Ctrl-C, kill -9), the same command resumes: finished tasks come from the task cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+QUIET_TASK_LOGS = {"PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING"}  # one line per task is enough
+
+
+def register(sub) -> None:
+    study = sub.add_parser("study", help="run a study file: benchmarks x calibrators as Prefect flows, tracked in MLflow",
+                           description="Orchestrated studies (study/*.yaml).")
+    study_sub = study.add_subparsers(dest="study_command", required=True)
+
+    run = study_sub.add_parser("run", help="run (or resume) a study", description=__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("study_file", help="a study file, e.g. study/quick.yaml")
+    add_override_options(run)
+    run.add_argument("--no-report", action="store_true", help="do not build the report at the end")
+    run.add_argument("--verbose", action="store_true", help="also show Prefect's log line for every task run")
+    run.set_defaults(func=run_study)
+
+    check = study_sub.add_parser("check", help="validate a study file and show what it would run (no work)")
+    check.add_argument("study_file")
+    check.add_argument("--data", action="store_true", help="also load every dataset and read tuned options")
+    add_override_options(check)
+    check.set_defaults(func=check_study)
+
+
+def add_override_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", help="output folder (default: the file's `output`)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: the file's, else sqlite:///mlflow.db)")
+    parser.add_argument("--runner", choices=["threads", "processes", "dask"], help="task runner (default: the file's)")
+    parser.add_argument("--workers", type=int, help="parallel tasks (threads, processes or Dask workers)")
+    parser.add_argument("--dask-address", help="Dask scheduler address, e.g. tcp://10.0.0.5:8786 (implies --runner dask)")
+    parser.add_argument("--torch-threads", type=int, help="torch threads per task process")
+
+
+def overrides_from(args: argparse.Namespace) -> dict:
+    """Command-line values as nested study-file keys (they win over the file)."""
+    overrides: dict = {}
+    if args.output:
+        overrides["output"] = args.output
+    if args.tracking_uri:
+        overrides["tracking_uri"] = args.tracking_uri
+    runner = {k: v for k, v in (("kind", args.runner), ("workers", args.workers), ("address", args.dask_address),
+                                ("torch_threads", args.torch_threads)) if v is not None}
+    if args.dask_address:
+        runner["kind"] = "dask"
+    if runner:
+        overrides["task_runner"] = runner
+    if getattr(args, "no_report", False):
+        overrides["report"] = False
+    return overrides
+
+
+def check_study(args: argparse.Namespace) -> int:
+    from simcalib.study import load_study, plan_study
+
+    study = load_study(args.study_file, overrides_from(args))
+    print(f"study {study.name} ({study.source}): {study.spec.description}".rstrip(": "))
+    print(f"  benchmarks   {len(study.benchmarks())}: " + ", ".join(f"{d}/{b}" for d, b in study.benchmarks()))
+    print(f"  runs         {study.runs_per_benchmark()} per benchmark (splits {study.splits}, inits {study.inits}, "
+          f"folds {study.folds}; label rate {study.spec.runs.label_rate:g})")
+    print("  calibrators  " + ", ".join(c.name + (f" (tuned:{c.tuned_from})" if c.tuned_from else "")
+                                       for c in study.calibrators))
+    runs = len(study.benchmarks()) * study.runs_per_benchmark()
+    print(f"  tasks        {runs} pretrain + {runs * len(study.calibrators)} calibrate")
+    print(f"  runner       {study.spec.task_runner.kind} x {study.spec.task_runner.workers}")
+    print(f"  output       {study.output}\n  tracking     {study.tracking_uri} (experiment {study.experiment_name})")
+    if args.data:
+        plan_study(study)
+        print("  data         every dataset loads; tuned options found")
+    return 0
+
+
+def run_study(args: argparse.Namespace) -> int:
+    from simcalib.study import load_study, plan_study
+
+    overrides = overrides_from(args)
+    study = load_study(args.study_file, overrides)  # input errors end here: one line, exit 2
+    plan_study(study)
+    if not args.verbose:
+        for key, value in QUIET_TASK_LOGS.items():
+            os.environ.setdefault(key, value)
+    from flows.study import study_flow
+
+    print(f"study {study.name}: {len(study.benchmarks())} benchmarks x {study.runs_per_benchmark()} runs x "
+          f"{len(study.calibrators)} calibrators on {study.spec.task_runner.kind}; output {study.output}", flush=True)
+    try:
+        result = study_flow(args.study_file, overrides or None)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: finished tasks are kept in {study.output / 'task-results'}; "
+              f"run the same command to resume", file=sys.stderr)
+        return 130
+    print_outcome(result)
+    return 0
+
+
+def print_outcome(result: dict) -> None:
+    import pandas as pd
+
+    from simcalib.commands.benchmark import print_summary
+
+    summaries = [pd.read_csv(b["summary"]) for b in result["benchmarks"]]
+    if summaries:
+        print_summary(pd.concat(summaries, ignore_index=True))
+    tasks = result["tasks"]
+    print(f"\ntasks: pretrain {tasks['pretrain']['computed']} computed, {tasks['pretrain']['cached']} cached; "
+          f"calibrate {tasks['calibrate']['computed']} computed, {tasks['calibrate']['cached']} cached")
+    print(f"results: {result['output']}/<Dataset>_<Backbone>/results.csv and summary.csv "
+          f"({len(result['benchmarks'])} benchmarks)")
+    uri = result["tracking_uri"]
+    print(f"MLflow:  experiment {result['experiment']!r} in {uri}\n"
+          f"         view it: `simcalib ui` (all dashboards) or "
+          f"`mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000`, then open http://127.0.0.1:5000")
+    report = result.get("report")
+    if report:
+        html = Path(report).with_suffix(".html")
+        print(f"report:  {report}" + (f" and {html}" if html.is_file() else ""))
+    else:
+        print("report:  not built (disabled, or flows/report.py is not available)")

@@ -1,0 +1,57 @@
+"""`simcalib study run|check`: bad input fails before any work with one line naming the file line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simcalib.cli import main
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+STUDY = """\
+name: bad
+benchmarks:
+  datasets: [Cora]
+  backbones: [GCN]
+calibrators: [UnCal, TS]
+runs: {splits: 1, inits: 1, folds: 1}
+output: OUT
+"""
+
+
+@pytest.mark.parametrize("change, expected", [
+    (("runs:", "runz:"), ":6: unknown key 'runz'"),
+    (("[Cora]", "[Cora, Coraa]"), ":3: benchmarks.datasets.1: unknown dataset 'Coraa'"),
+    (("[UnCal, TS]", "[UnCal, SimCalibb]"), ":5: calibrators.1: unknown calibrator 'SimCalibb'"),
+])
+def test_bad_study_files_fail_before_any_work(tmp_path, capsys, change, expected):
+    out = tmp_path / "out"
+    path = tmp_path / "bad.yaml"
+    path.write_text(STUDY.replace("OUT", str(out)).replace(*change))
+    assert main(["study", "run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}{expected}") and err.count("\n") == 1  # one line
+    assert not out.exists()  # nothing was started
+
+
+def test_bad_input_exits_before_prefect_starts(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(STUDY.replace("OUT", str(tmp_path / "out")).replace("runs:", "runz:"))
+    done = subprocess.run([sys.executable, "-m", "simcalib.cli", "study", "run", str(path)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [f"error: {path}:6: unknown key 'runz'; valid keys here are: "
+                                                 "name, description, seed, benchmarks, calibrators, runs, backbone, "
+                                                 "data, output, tracking_uri, task_runner, save_predictions, report, "
+                                                 "device, tuned_dir"]
+
+
+def test_check_shows_the_plan(capsys):
+    assert main(["study", "check", str(PROJECT_ROOT / "study" / "offline.yaml"), "--runner", "dask",
+                 "--dask-address", "tcp://10.0.0.5:8786"]) == 0
+    out = capsys.readouterr().out
+    assert "benchmarks   12:" in out and "75 per benchmark" in out and "900 pretrain + 10800 calibrate" in out
+    assert "runner       dask x 2" in out
