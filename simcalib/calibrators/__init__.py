@@ -9,8 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simcalib.calibrators.base import HIDDEN_LABEL, CalibrationGraph, Calibrator, TemperatureCalibrator
+from simcalib.calibrators.cagcn import CaGCN
 from simcalib.calibrators.defaults import default_weight_decay
 from simcalib.calibrators.ets import ETS
+from simcalib.calibrators.gats import GATS
+from simcalib.calibrators.simcalib import SimCalib
 from simcalib.calibrators.ts import TS
 from simcalib.calibrators.uncal import UnCal
 from simcalib.calibrators.vs import VS
@@ -48,7 +51,11 @@ def build_calibrator(name: str, num_classes: int, dataset: str | None = None, ba
     naming the calibrator.
     """
     entry = CALIBRATORS[canonical_calibrator(name)]
-    kwargs = {"weight_decay": default_weight_decay(entry.cls.name, dataset, backbone), **entry.preset, **options}
+    # per-benchmark option defaults besides weight decay (e.g. GATS's bias on CoraFull)
+    benchmark_defaults = getattr(entry.cls, "benchmark_defaults", None)
+    per_benchmark = benchmark_defaults(dataset, backbone) if benchmark_defaults else {}
+    kwargs = {"weight_decay": default_weight_decay(entry.cls.name, dataset, backbone), **per_benchmark,
+              **entry.preset, **options}
     try:
         return entry.cls(num_classes, **kwargs)
     except TypeError as exc:
@@ -59,9 +66,20 @@ register_calibrator("UnCal", UnCal)
 register_calibrator("TS", TS)
 register_calibrator("VS", VS)
 register_calibrator("ETS", ETS)
+register_calibrator("CaGCN", CaGCN)
+register_calibrator("GATS", GATS)
+# SimCalib and its ablations (paper Table 3): presets of one implementation.
+register_calibrator("SimCalib", SimCalib)
+register_calibrator("SimCalib_l", SimCalib, "SimCalib with the backbone's logits instead of s_i in G_feat",
+                    feature_input="logits")
+register_calibrator("SimCalib_m", SimCalib, "SimCalib, movement-similarity branch only (w = 0)", w=0.0)
+register_calibrator("SimCalib_h", SimCalib, "SimCalib without the relative degree", relative_degree=False)
+register_calibrator("SimCalib_r", SimCalib, "SimCalib without the homophily term", homophily=False)
+register_calibrator("SimCalib_n", SimCalib, "SimCalib without homophily nor relative degree",
+                    homophily=False, relative_degree=False)
 
 __all__ = [
-    "CALIBRATORS", "ETS", "HIDDEN_LABEL", "TS", "VS", "CalibrationGraph", "Calibrator", "CalibratorEntry",
-    "TemperatureCalibrator", "UnCal", "build_calibrator", "calibrator_names", "canonical_calibrator",
+    "CALIBRATORS", "ETS", "GATS", "HIDDEN_LABEL", "TS", "VS", "CaGCN", "CalibrationGraph", "Calibrator",
+    "CalibratorEntry", "SimCalib", "TemperatureCalibrator", "UnCal", "build_calibrator", "calibrator_names", "canonical_calibrator",
     "default_weight_decay", "register_calibrator",
 ]

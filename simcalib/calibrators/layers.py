@@ -1,0 +1,145 @@
+r"""Building blocks shared by the graph calibrators (CaGCN, GATS, SimCalib).
+
+The inputs of a post-hoc calibrator (logits, features, graph) never change while it trains, so anything
+derived from them alone is computed once per graph (:class:`GraphInputsCache`) and a GCN's first
+propagation is precomputed: :math:`\hat A (x W) = (\hat A x) W`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn import GATConv
+from torch_geometric.utils import add_self_loops, remove_self_loops
+
+from simcalib.backbones.models import glorot_, normalized_adjacency
+from simcalib.backbones.sparse import SparseOperand
+from simcalib.errors import ConfigError
+
+MIN_TEMPERATURE = 1e-3  # floor on every temperature, as TS: keeps z / T finite
+
+
+def positive_temperature(t: Tensor) -> Tensor:
+    """Clamp a temperature that is positive by construction at :data:`MIN_TEMPERATURE` (no 0 or underflow)."""
+    return t.clamp(min=MIN_TEMPERATURE)
+
+
+def edges_with_self_loops(edge_index: Tensor, num_nodes: int, self_loops: bool = True) -> Tensor:
+    """``edge_index`` [2, E] without duplicate self-loops, plus one self-loop per node if ``self_loops``."""
+    edge_index, _ = remove_self_loops(edge_index)
+    return add_self_loops(edge_index, num_nodes=num_nodes)[0] if self_loops else edge_index
+
+
+def sum_into(values: Tensor, index: Tensor, num_nodes: int) -> Tensor:
+    """Sum the rows of ``values`` [E, ...] into the nodes ``index`` [E]: [N, ...]."""
+    out = values.new_zeros((num_nodes, *values.shape[1:]))
+    return out.index_add_(0, index, values)
+
+
+class GraphInputsCache:
+    """Mixin: ``graph_inputs(graph)`` computes the calibrator's constant inputs once per graph object.
+
+    ``prepare`` (called by ``Calibrator.fit``) fills it; ``forward`` on another graph recomputes it, so a
+    fitted calibrator can be applied to any graph (e.g. a permuted copy).
+    """
+
+    _inputs_graph = None
+    _inputs = None
+
+    def compute_inputs(self, graph) -> object:  # pragma: no cover - each calibrator defines it
+        raise NotImplementedError
+
+    def graph_inputs(self, graph):
+        if self._inputs_graph is not graph:
+            self._inputs = self.compute_inputs(graph)
+            self._inputs_graph = graph
+        return self._inputs
+
+    def prepare(self, graph) -> None:
+        self.graph_inputs(graph)
+
+
+class TwoLayerGCN(nn.Module):
+    r"""Two GCN layers (Kipf & Welling, 2017) to one output per node, as torch_geometric's ``GCNConv``:
+
+    .. math::
+        H = \mathrm{dropout}(\mathrm{ReLU}(\hat A x W_1 + b_1)), \qquad
+        o = \hat A H W_2 + b_2, \qquad \hat A = D^{-1/2}(A + I)D^{-1/2},
+
+    with Glorot weights and zero biases. ``forward`` takes :math:`\hat A x` precomputed (constant inputs).
+    """
+
+    def __init__(self, in_channels: int, hidden: int = 16, out_channels: int = 1, dropout: float = 0.5):
+        super().__init__()
+        self.dropout = dropout
+        self.weight1 = nn.Parameter(torch.empty(in_channels, hidden))
+        self.bias1 = nn.Parameter(torch.zeros(hidden))
+        self.weight2 = nn.Parameter(torch.empty(hidden, out_channels))
+        self.bias2 = nn.Parameter(torch.zeros(out_channels))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        glorot_(self.weight1)
+        glorot_(self.weight2)
+        nn.init.zeros_(self.bias1)
+        nn.init.zeros_(self.bias2)
+
+    @staticmethod
+    def propagate_inputs(x: Tensor, edge_index: Tensor, num_nodes: int) -> tuple[Tensor, SparseOperand]:
+        r"""(:math:`\hat A x` [N, C], :math:`\hat A`) for constant inputs ``x`` [N, C]."""
+        adj = normalized_adjacency(edge_index, num_nodes).to(x.device)
+        return adj.matmul(x), adj
+
+    def forward(self, propagated_x: Tensor, adj: SparseOperand) -> Tensor:
+        hidden = F.relu(propagated_x @ self.weight1 + self.bias1)  # [N, hidden]
+        hidden = F.dropout(hidden, self.dropout, self.training)
+        return adj.matmul(hidden @ self.weight2) + self.bias2  # [N, out]
+
+
+class TwoLayerGAT(nn.Module):
+    r"""Two GAT layers (Velickovic et al., 2018) to one output per node:
+
+    .. math::
+        H = \mathrm{dropout}(\mathrm{ELU}(\Vert_{h} \textstyle\sum_{j \in N(i) \cup \{i\}} \alpha^h_{ij} W^h x_j)),
+        \qquad o_i = \textstyle\sum_{j} \alpha_{ij} W H_j,
+
+    ``heads`` heads of width ``hidden`` (concatenated) then one output head; dropout on the hidden layer.
+    """
+
+    def __init__(self, in_channels: int, hidden: int = 16, out_channels: int = 1, dropout: float = 0.5, heads: int = 1):
+        super().__init__()
+        self.dropout = dropout
+        self.conv1 = GATConv(in_channels, hidden, heads=heads, concat=True, add_self_loops=False)
+        self.conv2 = GATConv(hidden * heads, out_channels, heads=1, concat=False, add_self_loops=False)
+
+    def reset_parameters(self) -> None:
+        self.conv1.reset_parameters()
+        self.conv2.reset_parameters()
+
+    def forward(self, x: Tensor, edge_index_with_loops: Tensor) -> Tensor:
+        hidden = F.dropout(F.elu(self.conv1(x, edge_index_with_loops)), self.dropout, self.training)
+        return self.conv2(hidden, edge_index_with_loops)  # [N, out]
+
+
+class NodeGNN(nn.Module):
+    """A two-layer GCN or GAT (``kind``) from constant node inputs to one output per node."""
+
+    def __init__(self, kind: str, in_channels: int, hidden: int = 16, dropout: float = 0.5, heads: int = 1):
+        super().__init__()
+        if kind == "gcn":
+            self.net = TwoLayerGCN(in_channels, hidden, 1, dropout)
+        elif kind == "gat":
+            self.net = TwoLayerGAT(in_channels, hidden, 1, dropout, heads)
+        else:
+            raise ConfigError(f"unknown GNN type {kind!r}; choose 'gcn' or 'gat'")
+        self.kind = kind
+
+    def prepare(self, x: Tensor, edge_index: Tensor, num_nodes: int) -> tuple:
+        """Constant inputs of :meth:`forward` for node inputs ``x`` [N, C] on ``edge_index``."""
+        if self.kind == "gcn":
+            return TwoLayerGCN.propagate_inputs(x, edge_index, num_nodes)
+        return x, edges_with_self_loops(edge_index, num_nodes).to(x.device)
+
+    def forward(self, prepared: tuple) -> Tensor:
+        return self.net(*prepared)  # [N, 1]

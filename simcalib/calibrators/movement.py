@@ -1,0 +1,86 @@
+r"""Representation-movement similarity, SimCalib's second branch (paper Methods, eq. "T_move").
+
+.. math::
+    \alpha_{ij} = \mathrm{softmax}_{j \in N(i)}\, \sigma\Big(\frac{\hat z_i \cdot \hat z_j}{\eta_i \eta_j}\Big),
+    \qquad
+    T_{move,i} = \mathrm{softplus}\Big(\sum_{j \in N(i)} \alpha_{ij}\, \eta_j
+        \Big(\frac{d_i + 1}{d_j + 1}\Big)^t \tilde z_j^\top W\Big),
+
+with :math:`\sigma` a LeakyReLU, :math:`\eta_i` the hop distance of node i to the nearest training node,
+:math:`d_i` its degree, :math:`\tilde z_j` the sorted logits and :math:`W \in \mathbb{R}^K` trainable.
+
+Nothing but W is trainable, so the per-edge weights :math:`c_{ij} = \alpha_{ij} \eta_j ((d_i+1)/(d_j+1))^t`
+and the aggregated messages :math:`m_i = \sum_j c_{ij} \tilde z_j` [N, K] are constants of the graph,
+computed once here; training then only evaluates :math:`\mathrm{softplus}(m_i^\top W)`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch_geometric.utils import softmax as edge_softmax
+
+from simcalib.calibrators.layers import sum_into
+from simcalib.errors import ConfigError
+
+LOGIT_TRANSFORMS = ("raw", "unit", "minmax")
+
+
+def transform_logits(logits: Tensor, how: str) -> Tensor:
+    """``raw`` logits, ``unit`` (L2-normalised rows) or ``minmax`` (each row scaled to [0, 1])."""
+    if how == "raw":
+        return logits
+    if how == "unit":
+        return logits / logits.norm(dim=1, keepdim=True).clamp(min=torch.finfo(logits.dtype).tiny)
+    if how == "minmax":
+        low, high = logits.min(dim=1, keepdim=True).values, logits.max(dim=1, keepdim=True).values
+        return (logits - low) / (high - low).clamp(min=torch.finfo(logits.dtype).tiny)
+    raise ConfigError(f"unknown logit transform {how!r}; choose one of {', '.join(LOGIT_TRANSFORMS)}")
+
+
+def eta_from_hops(hops: Tensor, offset: float = 1.0, unreachable_hops: int | None = None) -> Tensor:
+    r""":math:`\eta_i` = hop distance + ``offset`` (> 0, so training nodes at distance 0 never divide by 0).
+
+    hops: [N] int64, -1 for nodes in a component without training nodes; those get ``unreachable_hops``
+    (default: one more than the largest finite distance, i.e. "farther than every reachable node").
+    Returns float [N] > 0.
+    """
+    if offset <= 0:
+        raise ConfigError(f"eta_offset must be > 0 (eta = hops + offset divides the homophily term), got {offset}")
+    reachable = hops >= 0
+    if unreachable_hops is None:
+        unreachable_hops = int(hops[reachable].max().item()) + 1 if reachable.any() else 0
+    elif unreachable_hops < 0:
+        raise ConfigError(f"unreachable_hops must be >= 0, got {unreachable_hops}")
+    filled = torch.where(reachable, hops, torch.full_like(hops, unreachable_hops))
+    return filled.float() + offset
+
+
+def homophily_attention(logits: Tensor, eta: Tensor, source: Tensor, target: Tensor, num_nodes: int,
+                        negative_slope: float = 0.2, enabled: bool = True) -> Tensor:
+    r"""Per-edge :math:`\alpha_{ij}` [E] for edges j -> i (``source`` j, ``target`` i), summing to 1 per target.
+
+    ``enabled=False`` (ablations r, n) replaces the homophily term by uniform weights :math:`1/|N(i)|`.
+    """
+    if enabled:
+        score = (logits[target] * logits[source]).sum(dim=1) / (eta[target] * eta[source])  # [E]
+        score = torch.nn.functional.leaky_relu(score, negative_slope)
+    else:
+        score = torch.zeros_like(eta[target])
+    return edge_softmax(score, target, num_nodes=num_nodes)
+
+
+def relative_degree(degree: Tensor, source: Tensor, target: Tensor, t: float) -> Tensor:
+    r""":math:`((d_i + 1) / (d_j + 1))^t` per edge j -> i, [E]; t = 0 disables it (ablations h, n)."""
+    return ((degree[target] + 1.0) / (degree[source] + 1.0)).pow(t)
+
+
+def movement_messages(sorted_logits: Tensor, alpha: Tensor, eta: Tensor, degree: Tensor, source: Tensor,
+                      target: Tensor, t: float) -> Tensor:
+    r""":math:`m_i = \sum_{j} \alpha_{ij} \eta_j ((d_i+1)/(d_j+1))^t \tilde z_j`: [N, K] (float32)."""
+    weight = alpha * eta[source] * relative_degree(degree, source, target, t)  # [E]
+    return sum_into(weight[:, None] * sorted_logits[source], target, sorted_logits.shape[0])
+
+
+__all__ = ["LOGIT_TRANSFORMS", "eta_from_hops", "homophily_attention", "movement_messages", "relative_degree",
+           "transform_logits"]

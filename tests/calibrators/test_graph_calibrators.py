@@ -1,0 +1,228 @@
+"""Properties every registered calibrator must have (issue 3, item 4), on a tiny synthetic graph."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from graph_fixtures import NUM_CLASSES, permuted, single_thread, tiny_graph, tiny_problem
+
+from simcalib.calibrators import (
+    CALIBRATORS,
+    GATS,
+    CaGCN,
+    CalibrationGraph,
+    SimCalib,
+    TemperatureCalibrator,
+    build_calibrator,
+    calibrator_names,
+)
+from simcalib.errors import ConfigError
+from simcalib.seeding import seed_everything
+
+QUICK = {"max_epochs": 40, "patience": 10}  # enough steps to move every parameter, fast
+GRAPH_CALIBRATORS = ["CaGCN", "GATS", "SimCalib", "SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n"]
+
+pytestmark = pytest.mark.usefixtures(single_thread.__name__)
+
+
+def fitted(name: str, graph: CalibrationGraph, seed: int = 0, **options):
+    seed_everything(seed)
+    return build_calibrator(name, graph.num_classes, **{**QUICK, **options}).fit(graph)
+
+
+def test_the_graph_calibrators_and_ablations_are_registered():
+    assert set(GRAPH_CALIBRATORS) <= set(calibrator_names())
+    for name in GRAPH_CALIBRATORS[2:]:
+        assert CALIBRATORS[name].cls is SimCalib  # ablations are presets, not copies
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_accuracy_preserving_calibrators_keep_the_argmax(name):
+    if not CALIBRATORS[name].cls.accuracy_preserving:
+        pytest.skip(f"{name} is flagged as not accuracy-preserving")
+    graph = tiny_graph()
+    probs = fitted(name, graph).predict_proba(graph)
+    assert torch.equal(probs.argmax(1), graph.logits.argmax(1))
+
+
+def test_only_vs_is_flagged_as_not_accuracy_preserving():
+    assert {n for n in calibrator_names() if not CALIBRATORS[n].cls.accuracy_preserving} == {"VS"}
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_outputs_are_finite_probabilities(name):
+    graph = tiny_graph()
+    probs = fitted(name, graph).predict_proba(graph)
+    assert torch.isfinite(probs).all() and (probs >= 0).all()
+    assert torch.allclose(probs.sum(1), torch.ones(graph.num_nodes), atol=1e-5)
+
+
+def temperatures(model, graph) -> list[torch.Tensor]:
+    if isinstance(model, TemperatureCalibrator):
+        return [model.temperature(graph)]
+    found = []
+    if getattr(model, "feature_gnn", None) is not None:
+        found.append(model.feature_temperature(graph))
+    if getattr(model, "movement_weight", None) is not None:
+        found.append(model.movement_temperature(graph))
+    return found
+
+
+@pytest.mark.parametrize("name", ["TS", *GRAPH_CALIBRATORS])
+def test_temperatures_are_positive_and_finite(name):
+    graph = tiny_graph()
+    model = fitted(name, graph)
+    found = temperatures(model, graph)
+    assert found
+    for temperature in found:
+        assert temperature.shape in ((graph.num_nodes, 1), (1, 1))
+        assert torch.isfinite(temperature).all() and (temperature > 0).all()
+
+
+@pytest.mark.parametrize("name", ["CaGCN", "GATS", "SimCalib"])
+def test_temperatures_stay_positive_and_finite_under_extreme_parameters(name):
+    graph = tiny_graph()
+    model = build_calibrator(name, graph.num_classes, w=0.5, t=0.5) if name == "SimCalib" else \
+        build_calibrator(name, graph.num_classes)
+    model.prepare(graph)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(-1e4)  # pushes softplus to 0 and GATS's bias far below 0
+        if isinstance(model, GATS):
+            model.train_scale.fill_(1.0)
+            model.near_scale.fill_(1.0)
+    for temperature in temperatures(model, graph):
+        assert torch.isfinite(temperature).all() and (temperature > 0).all()
+    assert torch.isfinite(model(graph)).all()
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_node_permutation_permutes_the_outputs(name):
+    graph = tiny_graph()
+    model = fitted(name, graph)
+    perm = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model.predict_proba(graph)[perm]
+        got = model.predict_proba(permuted(graph, perm))
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_same_seed_same_fit(name):
+    graph = tiny_graph()
+    first = fitted(name, graph, seed=3).predict_proba(graph)
+    second = fitted(name, graph, seed=3).predict_proba(graph)
+    assert torch.equal(first, second)
+
+
+def test_different_seeds_give_different_graph_calibrators():
+    graph = tiny_graph()
+    assert not torch.equal(fitted("GATS", graph, seed=1).predict_proba(graph),
+                           fitted("GATS", graph, seed=2).predict_proba(graph))
+
+
+@pytest.mark.parametrize("name,options", [
+    *[(n, {}) for n in calibrator_names() if n not in ("UnCal", "SimCalib", "SimCalib_l")],
+    ("SimCalib", {"w": 0.7, "t": 0.5}), ("SimCalib_l", {"w": 0.7, "t": 0.5}),
+    ("SimCalib", {"w": 0.7, "t": 0.5, "feat_gnn": "gat"}),
+])
+def test_gradients_reach_every_trainable_parameter(name, options):
+    graph = tiny_graph()
+    seed_everything(0)
+    model = build_calibrator(name, graph.num_classes, **options)
+    model.prepare(graph)
+    model.train()
+    F.nll_loss(model(graph)[graph.cal_idx], graph.labels[graph.cal_idx]).backward()
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable
+    for parameter_name, parameter in trainable:
+        assert parameter.grad is not None, f"{name}: no gradient reaches {parameter_name}"
+        assert parameter.grad.abs().sum() > 0, f"{name}: zero gradient for {parameter_name}"
+
+
+@pytest.mark.parametrize("name", calibrator_names())
+def test_poisoning_test_labels_leaves_the_fitted_calibrator_unchanged(name):
+    logits, hidden, edge_index, y, train_idx, cal_idx = tiny_problem()
+    test_nodes = torch.ones(len(y), dtype=torch.bool)
+    test_nodes[train_idx] = False
+    test_nodes[cal_idx] = False
+    poisoned = y.clone()
+    poisoned[test_nodes] = (y[test_nodes] + 1) % NUM_CLASSES  # every test label wrong
+    clean = CalibrationGraph.from_run(logits, hidden, edge_index, y, train_idx, cal_idx)
+    dirty = CalibrationGraph.from_run(logits, hidden, edge_index, poisoned, train_idx, cal_idx)
+    assert torch.equal(fitted(name, clean).predict_proba(clean), fitted(name, dirty).predict_proba(dirty))
+
+
+def test_poisoning_the_labelled_nodes_does_change_simcalib():
+    # the counterpart of the test above: the labels SimCalib does read matter
+    logits, hidden, edge_index, y, train_idx, cal_idx = tiny_problem()
+    clean = CalibrationGraph.from_run(logits, hidden, edge_index, y, train_idx, cal_idx)
+    poisoned = y.clone()
+    poisoned[train_idx] = (y[train_idx] + 1) % NUM_CLASSES
+    dirty = CalibrationGraph.from_run(logits, hidden, edge_index, poisoned, train_idx, cal_idx)
+    assert not torch.equal(fitted("SimCalib", clean).predict_proba(clean),
+                           fitted("SimCalib", dirty).predict_proba(dirty))
+
+
+# ------------------------------------------------------------------------------------------- SimCalib
+
+
+def test_simcalib_selects_w_and_t_from_the_paper_grid():
+    graph = tiny_graph()
+    model = fitted("SimCalib", graph)
+    info = model.fit_info
+    assert len(info["grid"]) == 9
+    assert (info["w"], info["t"]) in {(g["w"], g["t"]) for g in info["grid"]}
+    best = min(info["grid"], key=lambda g: g["score"])
+    assert (info["w"], info["t"]) == (best["w"], best["t"]) == (model.w, model.t)
+
+
+def test_fixed_w_and_t_skip_the_grid():
+    model = fitted("SimCalib", tiny_graph(), w=0.5, t=0.3)
+    assert [(g["w"], g["t"]) for g in model.fit_info["grid"]] == [(0.5, 0.3)]
+
+
+def test_ablation_presets_switch_the_right_parts_off():
+    graph = tiny_graph()
+    movement_only = build_calibrator("SimCalib_m", graph.num_classes)
+    assert movement_only.feature_gnn is None and movement_only.w_grid == (0.0,)
+    assert build_calibrator("SimCalib_l", graph.num_classes).feature_input == "logits"
+    no_degree = fitted("SimCalib_h", graph)
+    assert no_degree.fit_info["t"] is None and len(no_degree.fit_info["grid"]) == 3
+    no_homophily = build_calibrator("SimCalib_r", graph.num_classes)
+    assert not no_homophily.homophily and no_homophily.relative_degree
+    neither = build_calibrator("SimCalib_n", graph.num_classes)
+    assert not neither.homophily and not neither.relative_degree
+
+
+def test_separate_training_mixes_branches_fitted_once():
+    model = fitted("SimCalib", tiny_graph(), training="separate")
+    assert len(model.fit_info["grid"]) == 9
+    assert torch.isfinite(model.predict_proba(tiny_graph())).all()
+
+
+@pytest.mark.parametrize("option,value", [
+    ("grid_criterion", "test_ece"), ("training", "alternating"), ("prototype_nodes", "all"),
+    ("homophily_logits", "softmax"), ("feat_gnn", "mlp"), ("w", 1.5), ("t", -1.0), ("heads", 0),
+])
+def test_invalid_simcalib_options_are_config_errors(option, value):
+    with pytest.raises(ConfigError, match=option if option not in ("w", "t") else f"{option} values"):
+        build_calibrator("SimCalib", 3, **{option: value})
+
+
+def test_gats_bias_and_weight_decay_follow_the_benchmark():
+    assert build_calibrator("GATS", 70, "CoraFull", "GCN").bias.item() == pytest.approx(1.5)
+    cora = build_calibrator("GATS", 7, "Cora", "GAT")
+    assert cora.bias.item() == pytest.approx(1.0) and cora.weight_decay == pytest.approx(0.01)
+    assert build_calibrator("CaGCN", 70, "CoraFull", "GCN").weight_decay == pytest.approx(0.03)
+
+
+def test_cagcn_multiplies_logits_by_a_softplus_inverse_temperature():
+    graph = tiny_graph()
+    model = CaGCN(graph.num_classes)
+    model.prepare(graph)
+    model.eval()
+    with torch.no_grad():
+        inverse = F.softplus(model.gcn(*model.graph_inputs(graph)))
+        assert torch.allclose(model(graph), F.log_softmax(graph.logits * inverse, 1), atol=1e-5)

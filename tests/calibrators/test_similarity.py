@@ -1,0 +1,112 @@
+"""Feature similarity (simcalib.similarity) and the movement-similarity terms against plain references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from graph_fixtures import single_thread, tiny_graph
+
+from simcalib.calibrators.layers import edges_with_self_loops
+from simcalib.calibrators.movement import eta_from_hops, homophily_attention, movement_messages
+from simcalib.errors import ConfigError
+from simcalib.similarity import mahalanobis_to_prototypes, normalized_similarity
+
+pytestmark = pytest.mark.usefixtures(single_thread.__name__)
+
+
+def numpy_reference(hidden: np.ndarray, labels: np.ndarray, nodes: np.ndarray, k: int, ridge: float) -> np.ndarray:
+    """The paper's equations, written directly in float64 NumPy."""
+    x = hidden.astype(np.float64)
+    xl, yl = x[nodes], labels[nodes]
+    mu = np.stack([xl[yl == c].mean(0) for c in range(k)])
+    centred = xl - mu[yl]
+    sigma = centred.T @ centred / len(nodes)
+    if ridge == 0:
+        precision = np.linalg.pinv(sigma, hermitian=True)
+    else:
+        precision = np.linalg.inv(sigma + ridge * np.trace(sigma) / sigma.shape[0] * np.eye(sigma.shape[0]))
+    diff = x[:, None, :] - mu[None, :, :]  # [N, K, h]
+    return np.einsum("nkh,hg,nkg->nk", diff, precision, diff)
+
+
+@pytest.mark.parametrize("ridge", [0.0, 1e-3, 0.5])
+@pytest.mark.parametrize("dead_unit", [False, True])
+def test_mahalanobis_matches_a_float64_numpy_reference(ridge, dead_unit):
+    rng = np.random.default_rng(0)
+    n, h, k = 80, 5, 3
+    labels = np.arange(n) % k
+    hidden = rng.normal(size=(n, h)) + 2 * rng.normal(size=(k, h))[labels]
+    if dead_unit:
+        hidden[:, 2] = 0.0  # singular covariance: the pseudo-inverse ignores the direction
+    nodes = rng.permutation(n)[:40]
+    got = mahalanobis_to_prototypes(torch.tensor(hidden, dtype=torch.float32), torch.tensor(labels),
+                                    torch.tensor(nodes), k, ridge=ridge)
+    want = numpy_reference(hidden.astype(np.float32), labels, nodes, k, ridge)
+    assert got.dtype == torch.float64 and got.shape == (n, k)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-7, atol=1e-9)
+
+
+def test_only_the_labelled_nodes_labels_are_read():
+    rng = np.random.default_rng(1)
+    hidden = torch.tensor(rng.normal(size=(30, 4)))
+    labels = torch.tensor(np.arange(30) % 2)
+    nodes = torch.arange(0, 20)
+    noisy = labels.clone()
+    noisy[20:] = -1  # hidden labels elsewhere
+    assert torch.equal(mahalanobis_to_prototypes(hidden, labels, nodes, 2),
+                       mahalanobis_to_prototypes(hidden, noisy, nodes, 2))
+    with pytest.raises(ConfigError, match="hidden"):
+        mahalanobis_to_prototypes(hidden, noisy, torch.arange(30), 2)
+
+
+def test_a_class_without_labelled_nodes_is_infinitely_far_and_normalises_finitely():
+    hidden = torch.randn(12, 3, dtype=torch.float64)
+    labels = torch.tensor([0, 1] * 6)
+    distances = mahalanobis_to_prototypes(hidden, labels, torch.arange(12), num_classes=3)
+    assert torch.isinf(distances[:, 2]).all() and torch.isfinite(distances[:, :2]).all()
+    s = normalized_similarity(distances)
+    assert torch.isfinite(s).all()
+    assert torch.allclose(s.norm(dim=1), torch.ones(12))
+    assert torch.allclose(s[:, 2], s[:, :2].max(dim=1).values)  # "as far as the farthest class"
+
+
+def test_negative_ridge_is_refused():
+    with pytest.raises(ConfigError, match="ridge"):
+        mahalanobis_to_prototypes(torch.randn(6, 2), torch.tensor([0, 1] * 3), torch.arange(6), 2, ridge=-1.0)
+
+
+def test_eta_offsets_training_nodes_and_places_unreachable_nodes_beyond_the_farthest():
+    hops = torch.tensor([0, 1, 2, 3, -1])
+    assert eta_from_hops(hops).tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert eta_from_hops(hops, offset=0.5, unreachable_hops=10).tolist() == [0.5, 1.5, 2.5, 3.5, 10.5]
+    with pytest.raises(ConfigError, match="eta_offset"):
+        eta_from_hops(hops, offset=0.0)
+
+
+def test_movement_messages_follow_the_paper_equation():
+    """m_i = sum_j alpha_ij eta_j ((d_i+1)/(d_j+1))^t sort(z_j), alpha = softmax_j LeakyReLU(z_i.z_j/(eta_i eta_j))."""
+    graph = tiny_graph()
+    n, t = graph.num_nodes, 0.5
+    source, target = edges_with_self_loops(graph.edge_index, n)
+    eta = eta_from_hops(graph.hops_to_train())
+    z, degree = graph.logits.double(), graph.degree().double()
+    alpha = homophily_attention(z, eta.double(), source, target, n)
+    got = movement_messages(z.sort(dim=1).values, alpha, eta.double(), degree, source, target, t)
+    for i in range(n):
+        neighbours = source[target == i].tolist()
+        assert i in neighbours  # self-loop
+        scores = torch.stack([z[i] @ z[j] / (eta[i] * eta[j]) for j in neighbours])
+        weights = torch.softmax(torch.nn.functional.leaky_relu(scores, 0.2), 0)
+        want = sum(a * eta[j] * ((degree[i] + 1) / (degree[j] + 1)) ** t * z[j].sort().values
+                   for a, j in zip(weights, neighbours))
+        assert torch.allclose(got[i], want, atol=1e-10)
+
+
+def test_disabled_homophily_averages_the_neighbours_uniformly():
+    graph = tiny_graph()
+    source, target = edges_with_self_loops(graph.edge_index, graph.num_nodes)
+    alpha = homophily_attention(graph.logits, torch.ones(graph.num_nodes), source, target, graph.num_nodes,
+                                enabled=False)
+    counts = torch.bincount(target, minlength=graph.num_nodes).float()
+    assert torch.allclose(alpha, 1.0 / counts[target])
