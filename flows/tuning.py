@@ -34,6 +34,7 @@ from simcalib.calibrators import canonical_calibrator
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.protocol import ProtocolSettings, Run, make_runs
 from simcalib.seeding import STUDY_SEED, derive_seed
+from simcalib.study import DEFAULT_TRACKING_URI  # one MLflow store for studies and searches
 from simcalib.tuned import save_tuned_params
 from simcalib.tuning import (
     DEFAULT_SPACE,
@@ -45,7 +46,6 @@ from simcalib.tuning import (
     study_name,
 )
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 SAMPLERS = ("tpe", "grid")
 ATTRIBUTE = "simcalib"  # study user attribute holding what the study measures
@@ -191,9 +191,21 @@ def count_trials(study: optuna.Study) -> dict[str, int]:
 
 
 def mlflow_callback(request: SearchRequest, name: str):
+    """optuna-integration's MLflowCallback on the study's experiment (created first, with its artifacts
+    beside a SQLite tracking file, as the study flow does)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
     from optuna_integration.mlflow import MLflowCallback
 
+    from flows.tracking import artifact_location
+
     uri = request.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    client = MlflowClient(uri)
+    if client.get_experiment_by_name(name) is None:
+        try:
+            client.create_experiment(name, artifact_location=artifact_location(uri))
+        except MlflowException:  # created meanwhile by another worker
+            pass
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return MLflowCallback(tracking_uri=uri, metric_name=request.objective.metric, create_experiment=True,

@@ -146,6 +146,7 @@ def test_trials_are_logged_to_mlflow(request_for, tiny_protocol, tmp_path):
     run_search(request_for(trials=2, track=True, tracking_uri=uri), tiny_protocol)
     client = mlflow.MlflowClient(uri)
     experiment = client.get_experiment_by_name("Cora_GCN_TS")
+    assert experiment.artifact_location == (tmp_path / "mlartifacts").resolve().as_uri()  # as the study flow's
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 2
     for run in runs:
