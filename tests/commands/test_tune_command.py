@@ -1,8 +1,17 @@
 """`simcalib tune`: a search, its tuned file and the before/after report, through the command line."""
 
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pandas as pd
+import pytest
 
 from simcalib.cli import main
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 SPACES = """
 TS:
@@ -48,3 +57,34 @@ def test_user_errors_are_one_line_with_exit_2(tiny_protocol, tmp_path, capsys):
     assert err.startswith("error: TS has no search space 'wide'") and "\n" not in err
     assert main(tune_args(tiny_protocol, tmp_path, "--sampler", "grid")) == 2
     assert "cannot run as a grid: lr (line 5)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_search_cleanly_and_the_same_command_continues(tiny_protocol, tmp_path):
+    """A real process: SIGTERM after the first finished trial; the running trial is marked FAIL (not left
+    RUNNING), exit code 130, and the same command finishes the remaining trials."""
+    import optuna
+
+    args = tune_args(tiny_protocol, tmp_path)
+    args[args.index("--trials") + 1] = "4"
+    command = [sys.executable, "-m", "simcalib.cli", *args]
+    storage = args[args.index("--storage") + 1]
+    process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        line = process.stdout.readline()
+        if "Trial 0 finished" in line:
+            process.send_signal(signal.SIGTERM)
+            break
+    output = process.communicate(timeout=60)[0]
+    assert process.returncode == 130, output
+    assert "the same command continues it" in output
+    before = optuna.load_study(study_name="Cora_GCN_TS", storage=storage).trials
+    assert before[0].state.name == "COMPLETE" and len(before) < 4
+    assert all(t.state.name != "RUNNING" for t in before)  # a trial cut short is FAIL (or was never created)
+
+    assert main(args) == 0
+    after = optuna.load_study(study_name="Cora_GCN_TS", storage=storage).trials
+    assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in after) == 4
+    assert [t.number for t in after] == list(range(len(after)))  # numbering continues
+    assert after[0].params == before[0].params and after[0].value == before[0].value
