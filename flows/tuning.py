@@ -10,7 +10,8 @@
 * **Sampler**: seeded TPE (or a grid over an all-categorical space). The seed derives from the study seed,
   the study name, the worker index and the number of trials already stored, so a resumed search does not
   replay the random start-up proposals of its first session.
-* **Pruner**: the median pruner sees the running mean of the per-run objective after each run.
+* **Pruner**: the median pruner sees the running mean of the per-run objective after each run, the runs
+  visited in an order that alternates splits, and judges a trial from its third run on.
 * **Tracking**: each trial is an MLflow run (optuna-integration's MLflowCallback) in the experiment named
   after the study, with the per-run values as a stepped metric.
 * **Feedback**: the best options (plus the space's fixed ones) go to ``study/tuned/<Dataset>_<Backbone>.yaml``
@@ -44,6 +45,7 @@ from simcalib.tuning import (
     get_search_space,
     optuna_storage,
     study_name,
+    tuning_order,
 )
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -79,7 +81,7 @@ class SearchRequest:
     startup_trials: int = 10  # random proposals before TPE models the results
     prune: bool = True
     pruner_startup_trials: int = 5  # complete trials before anything is pruned
-    pruner_warmup_runs: int = 1  # runs of each trial that are never pruned
+    pruner_warmup_runs: int = 2  # a trial is judged from its 3rd run on (runs alternate splits: tuning_order)
     timeout: float | None = None  # seconds for this session's trials
 
 
@@ -257,7 +259,7 @@ def run_search(request: SearchRequest, settings: ProtocolSettings) -> SearchResu
         space.grid()  # fail before any work if the space is not a grid
     if request.trials < 0:
         raise ConfigError(f"--trials must be >= 0, got {request.trials}")
-    runs = make_runs(request.dataset, request.backbone, request.splits, request.inits, request.folds)
+    runs = tuning_order(make_runs(request.dataset, request.backbone, request.splits, request.inits, request.folds))
     if any(f >= settings.n_folds for f in request.folds):
         raise ConfigError(f"folds must be within 0..{settings.n_folds - 1}")
     name = request.study_name or study_name(runs[0].dataset, runs[0].backbone, calibrator, request.space)

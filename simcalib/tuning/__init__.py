@@ -12,7 +12,13 @@ from __future__ import annotations
 
 import os
 
-from simcalib.tuning.objective import EVALUATIONS, METRICS, CalibrationObjective, ObjectiveSettings
+from simcalib.tuning.objective import (
+    EVALUATIONS,
+    METRICS,
+    CalibrationObjective,
+    ObjectiveSettings,
+    tuning_order,
+)
 from simcalib.tuning.spaces import (
     DEFAULT_SPACE,
     DEFAULT_SPACES_FILE,
@@ -46,5 +52,5 @@ def study_name(dataset: str, backbone: str, calibrator: str, space: str = DEFAUL
 __all__ = [
     "DEFAULT_OPTUNA_STORAGE", "DEFAULT_SPACE", "DEFAULT_SPACES_FILE", "EVALUATIONS", "METRICS", "OPTUNA_STORAGE_ENV",
     "CalibrationObjective", "ObjectiveSettings", "ParamSpec", "SearchSpace", "calibrator_option_names",
-    "get_search_space", "load_search_spaces", "optuna_storage", "study_name",
+    "get_search_space", "load_search_spaces", "optuna_storage", "study_name", "tuning_order",
 ]

@@ -11,7 +11,7 @@ from simcalib.calibrators import HIDDEN_LABEL, CalibrationGraph
 from simcalib.errors import ConfigError
 from simcalib.protocol import make_runs
 from simcalib.tuning import CalibrationObjective, ObjectiveSettings
-from simcalib.tuning.objective import hide_labels, inner_parts
+from simcalib.tuning.objective import hide_labels, inner_parts, tuning_order
 
 FAST_TS = {"lr": 0.05, "max_epochs": 50, "patience": 10}
 
@@ -77,3 +77,9 @@ def test_poisoned_test_labels_leave_the_objective_unchanged(tiny_protocol, monke
     assert list(CalibrationObjective("ts", [run], tiny_protocol).run_values(FAST_TS)) == clean
     monkeypatch.setattr(protocol, "load_graph", lambda dataset, settings: poisoned(cal_idx))
     assert list(CalibrationObjective("ts", [run], tiny_protocol).run_values(FAST_TS)) != clean
+
+
+def test_tuning_order_alternates_splits():
+    runs = tuning_order(make_runs("cora", "gcn", [0, 1, 2], [0], [0, 1, 2]))
+    assert [(r.split, r.fold) for r in runs[:4]] == [(0, 0), (1, 0), (2, 0), (0, 1)]
+    assert sorted(runs, key=lambda r: r.tag()) == sorted(make_runs("cora", "gcn", [0, 1, 2], [0], [0, 1, 2]), key=lambda r: r.tag())
