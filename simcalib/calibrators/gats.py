@@ -8,16 +8,16 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.utils import softmax as edge_softmax
 
 from simcalib.backbones.models import glorot_
 from simcalib.calibrators.base import CalibrationGraph, TemperatureCalibrator
 from simcalib.calibrators.layers import (
     GraphInputsCache,
+    SortedEdges,
     edges_with_self_loops,
     positive_temperature,
-    sum_into,
 )
+from simcalib.calibrators.movement import confidence_gap, logit_products
 from simcalib.errors import ConfigError
 
 # Bias initialisation per dataset (GATS configs: 1.5 on CoraFull, 1 elsewhere).
@@ -27,8 +27,8 @@ GATS_BIAS = {"CoraFull": 1.5}
 @dataclass
 class GATSInputs:
     sorted_scaled_logits: Tensor  # [N, K] min-max normalised logits, sorted ascending
-    source: Tensor  # [E'] j of each edge j -> i, self-loops included
-    target: Tensor  # [E'] i
+    edges: SortedEdges  # j -> i, self-loops included (E' edges)
+    logit_products: Tensor  # [E'] z_i . z_j (the scalings a_i, a_j divide it in the forward pass)
     at_train: Tensor  # [N] bool: hop distance 0 to the training nodes
     next_to_train: Tensor  # [N] bool: hop distance 1
     confidence_gap: Tensor  # [N, 1] sum_j (c_i - c_j) / deg_i, c = max softmax probability
@@ -79,23 +79,22 @@ class GATS(GraphInputsCache, TemperatureCalibrator):
         z = graph.logits
         low, high = z.min(dim=1, keepdim=True).values, z.max(dim=1, keepdim=True).values
         scaled = (z - low) / (high - low).clamp(min=torch.finfo(z.dtype).tiny)  # [N, K] in [0, 1]
-        edges = edges_with_self_loops(graph.edge_index, graph.num_nodes).to(graph.device)
-        source, target = edges
+        edges = SortedEdges(edges_with_self_loops(graph.edge_index, graph.num_nodes).to(graph.device), graph.num_nodes)
         hops = graph.hops_to_train()
-        confidence = F.softmax(z, dim=1).amax(dim=1)  # [N]
-        in_edges = sum_into(torch.ones_like(confidence[target]), target, graph.num_nodes)  # [N], >= 1 (self-loop)
-        gap = sum_into(confidence[target] - confidence[source], target, graph.num_nodes) / in_edges
-        return GATSInputs(scaled.sort(dim=1).values, source, target, hops == 0, hops == 1, gap[:, None])
+        return GATSInputs(scaled.sort(dim=1).values, edges, logit_products(z, edges), hops == 0, hops == 1,
+                          confidence_gap(z, edges))
 
     def temperature(self, graph: CalibrationGraph) -> Tensor:
         inputs = self.graph_inputs(graph)
-        z, source, target = graph.logits, inputs.source, inputs.target
+        z, edges = graph.logits, inputs.edges
+        source, target = edges.source, edges.target
         ones = torch.ones_like(z[:, 0])
         scale = torch.where(inputs.at_train, self.train_scale, torch.where(inputs.next_to_train, self.near_scale, ones))
-        scaled_z = z / scale[:, None]  # [N, K]
-        score = F.leaky_relu((scaled_z[target] * scaled_z[source]).sum(dim=1), self.negative_slope)  # [E']
-        alpha = edge_softmax(score, target, num_nodes=graph.num_nodes)  # [E'], sums to 1 per target
-        head_messages = (inputs.sorted_scaled_logits @ self.head_weights) * scale[:, None]  # [N, H]
-        attended = sum_into(alpha[:, None] * head_messages[source], target, graph.num_nodes)  # [N, H]
+        # (z_i / a_i) . (z_j / a_j) = z_i . z_j / (a_i a_j): per-edge scalars only, the products are constants
+        score = inputs.logit_products / (scale.index_select(0, target) * scale.index_select(0, source))  # [E']
+        alpha = edges.softmax(F.leaky_relu(score, self.negative_slope))  # [E'], sums to 1 per target
+        head_messages = inputs.sorted_scaled_logits @ self.head_weights  # [N, H]
+        edge_weight = alpha * scale.index_select(0, source)  # [E'], alpha_ij a_j
+        attended = edges.weighted_sum(edge_weight, head_messages)  # [N, H]
         per_head = F.softplus(attended + self.confidence_coef * inputs.confidence_gap)  # [N, H]
         return positive_temperature(per_head.mean(dim=1, keepdim=True) + self.bias)  # [N, 1]

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv
 from torch_geometric.utils import add_self_loops, remove_self_loops
+from torch_geometric.utils import softmax as edge_softmax
 
 from simcalib.backbones.models import glorot_, normalized_adjacency
 from simcalib.backbones.sparse import SparseOperand
@@ -35,6 +36,65 @@ def sum_into(values: Tensor, index: Tensor, num_nodes: int) -> Tensor:
     """Sum the rows of ``values`` [E, ...] into the nodes ``index`` [E]: [N, ...]."""
     out = values.new_zeros((num_nodes, *values.shape[1:]))
     return out.index_add_(0, index, values)
+
+
+def _row_pointers(sorted_rows: Tensor, num_nodes: int) -> Tensor:
+    counts = torch.bincount(sorted_rows, minlength=num_nodes)
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+
+
+class SortedEdges:
+    r"""Edges j -> i sorted by target i, with the CSR structure of the weighted sum over incoming edges.
+
+    ``weighted_sum(w, x)`` computes :math:`\text{out}_i = \sum_{e: j \to i} w_e x_j` as a sparse CSR product
+    (differentiable in both ``w`` and ``x``); on CPU this is an order of magnitude faster than
+    gather-multiply-``index_add`` on graphs of Physics' size. Per-edge tensors must follow
+    ``source``/``target`` order.
+    """
+
+    def __init__(self, edge_index: Tensor, num_nodes: int):
+        order = torch.argsort(edge_index[1] * num_nodes + edge_index[0])
+        self.num_nodes = num_nodes
+        self.source, self.target = edge_index[0][order], edge_index[1][order]  # [E], target sorted
+        self.row_pointers = _row_pointers(self.target, num_nodes)  # [N + 1]
+        self.transpose_order = torch.argsort(self.source * num_nodes + self.target)  # edges sorted by source
+        self.transpose_row_pointers = _row_pointers(self.source[self.transpose_order], num_nodes)
+        self.transpose_columns = self.target[self.transpose_order]
+
+    def matrix(self, weight: Tensor) -> Tensor:
+        """[N, N] sparse CSR with ``weight`` [E] at (target, source)."""
+        return torch.sparse_csr_tensor(self.row_pointers, self.source, weight, (self.num_nodes, self.num_nodes))
+
+    def transposed_matrix(self, weight: Tensor) -> Tensor:
+        return torch.sparse_csr_tensor(self.transpose_row_pointers, self.transpose_columns,
+                                       weight[self.transpose_order], (self.num_nodes, self.num_nodes))
+
+    def weighted_sum(self, weight: Tensor, x: Tensor) -> Tensor:
+        r""":math:`\sum_{e: j \to i} w_e x_j` for ``weight`` [E] and ``x`` [N, C]: [N, C]."""
+        return _WeightedSum.apply(weight, x, self)
+
+    def softmax(self, score: Tensor) -> Tensor:
+        """Softmax of per-edge ``score`` [E] over the incoming edges of each target."""
+        return edge_softmax(score, ptr=self.row_pointers, num_nodes=self.num_nodes)
+
+
+class _WeightedSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, weight: Tensor, x: Tensor, edges: SortedEdges) -> Tensor:
+        ctx.save_for_backward(weight, x)
+        ctx.edges = edges
+        return edges.matrix(weight) @ x
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        weight, x = ctx.saved_tensors
+        edges, grad_weight, grad_x = ctx.edges, None, None
+        if ctx.needs_input_grad[0]:  # d out_i / d w_e = x_j . grad_out_i, only on the edges (SDDMM)
+            pattern = edges.matrix(torch.zeros_like(weight))
+            grad_weight = torch.sparse.sampled_addmm(pattern, grad_out.contiguous(), x.T, beta=0.0).values()
+        if ctx.needs_input_grad[1]:
+            grad_x = edges.transposed_matrix(weight) @ grad_out
+        return grad_weight, grad_x, None
 
 
 class GraphInputsCache:
@@ -91,6 +151,9 @@ class TwoLayerGCN(nn.Module):
         adj = normalized_adjacency(edge_index, num_nodes).to(x.device)
         return adj.matmul(x), adj
 
+    def output_bias(self) -> Tensor:
+        return self.bias2
+
     def forward(self, propagated_x: Tensor, adj: SparseOperand) -> Tensor:
         hidden = F.relu(propagated_x @ self.weight1 + self.bias1)  # [N, hidden]
         hidden = F.dropout(hidden, self.dropout, self.training)
@@ -116,6 +179,9 @@ class TwoLayerGAT(nn.Module):
     def reset_parameters(self) -> None:
         self.conv1.reset_parameters()
         self.conv2.reset_parameters()
+
+    def output_bias(self) -> Tensor:
+        return self.conv2.bias
 
     def forward(self, x: Tensor, edge_index_with_loops: Tensor) -> Tensor:
         hidden = F.dropout(F.elu(self.conv1(x, edge_index_with_loops)), self.dropout, self.training)

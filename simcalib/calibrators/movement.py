@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch_geometric.utils import softmax as edge_softmax
 
-from simcalib.calibrators.layers import sum_into
+from simcalib.calibrators.layers import SortedEdges
 from simcalib.errors import ConfigError
 
 LOGIT_TRANSFORMS = ("raw", "unit", "minmax")
@@ -56,31 +55,47 @@ def eta_from_hops(hops: Tensor, offset: float = 1.0, unreachable_hops: int | Non
     return filled.float() + offset
 
 
-def homophily_attention(logits: Tensor, eta: Tensor, source: Tensor, target: Tensor, num_nodes: int,
-                        negative_slope: float = 0.2, enabled: bool = True) -> Tensor:
-    r"""Per-edge :math:`\alpha_{ij}` [E] for edges j -> i (``source`` j, ``target`` i), summing to 1 per target.
+def logit_products(logits: Tensor, edges: SortedEdges) -> Tensor:
+    r""":math:`\hat z_i \cdot \hat z_j` per edge j -> i, [E] (constant: computed once per graph)."""
+    return (logits.index_select(0, edges.target) * logits.index_select(0, edges.source)).sum(dim=1)
 
-    ``enabled=False`` (ablations r, n) replaces the homophily term by uniform weights :math:`1/|N(i)|`.
+
+def homophily_attention(products: Tensor, eta: Tensor, edges: SortedEdges, negative_slope: float = 0.2,
+                        enabled: bool = True) -> Tensor:
+    r"""Per-edge :math:`\alpha_{ij}` [E] for the edges j -> i of ``edges``, summing to 1 per target i.
+
+    products: [E] :math:`\hat z_i \cdot \hat z_j` (:func:`logit_products`). ``enabled=False`` (ablations r, n)
+    replaces the homophily term by uniform weights :math:`1/|N(i)|`.
     """
     if enabled:
-        score = (logits[target] * logits[source]).sum(dim=1) / (eta[target] * eta[source])  # [E]
+        score = products / (eta.index_select(0, edges.target) * eta.index_select(0, edges.source))  # [E]
         score = torch.nn.functional.leaky_relu(score, negative_slope)
     else:
-        score = torch.zeros_like(eta[target])
-    return edge_softmax(score, target, num_nodes=num_nodes)
+        score = torch.zeros_like(products)
+    return edges.softmax(score)
 
 
-def relative_degree(degree: Tensor, source: Tensor, target: Tensor, t: float) -> Tensor:
+def relative_degree(degree: Tensor, edges: SortedEdges, t: float) -> Tensor:
     r""":math:`((d_i + 1) / (d_j + 1))^t` per edge j -> i, [E]; t = 0 disables it (ablations h, n)."""
-    return ((degree[target] + 1.0) / (degree[source] + 1.0)).pow(t)
+    return ((degree.index_select(0, edges.target) + 1.0) / (degree.index_select(0, edges.source) + 1.0)).pow(t)
 
 
-def movement_messages(sorted_logits: Tensor, alpha: Tensor, eta: Tensor, degree: Tensor, source: Tensor,
-                      target: Tensor, t: float) -> Tensor:
-    r""":math:`m_i = \sum_{j} \alpha_{ij} \eta_j ((d_i+1)/(d_j+1))^t \tilde z_j`: [N, K] (float32)."""
-    weight = alpha * eta[source] * relative_degree(degree, source, target, t)  # [E]
-    return sum_into(weight[:, None] * sorted_logits[source], target, sorted_logits.shape[0])
+def movement_messages(sorted_logits: Tensor, alpha: Tensor, eta: Tensor, degree: Tensor, edges: SortedEdges,
+                      t: float) -> Tensor:
+    r""":math:`m_i = \sum_{j} \alpha_{ij} \eta_j ((d_i+1)/(d_j+1))^t \tilde z_j`: [N, K]."""
+    weight = alpha * eta.index_select(0, edges.source) * relative_degree(degree, edges, t)  # [E]
+    return edges.weighted_sum(weight, sorted_logits)
 
 
-__all__ = ["LOGIT_TRANSFORMS", "eta_from_hops", "homophily_attention", "movement_messages", "relative_degree",
-           "transform_logits"]
+def confidence_gap(logits: Tensor, edges: SortedEdges) -> Tensor:
+    r"""GATS's neighbour-confidence term :math:`\frac{1}{|N(i)|} \sum_{j \in N(i)} (c_i - c_j)`, [N, 1], with
+    :math:`c_j = \max_k \mathrm{softmax}(z_j)_k` (not in SimCalib's equation; its option ``confidence_term``)."""
+    confidence = torch.softmax(logits, dim=1).amax(dim=1)  # [N]
+    ones = torch.ones_like(edges.source, dtype=confidence.dtype)  # [E]
+    counts = edges.weighted_sum(ones, torch.ones_like(confidence)[:, None])  # [N, 1], |N(i)|
+    neighbours = edges.weighted_sum(ones, confidence[:, None])  # [N, 1], sum_j c_j
+    return (confidence[:, None] * counts - neighbours) / counts.clamp(min=1.0)
+
+
+__all__ = ["LOGIT_TRANSFORMS", "confidence_gap", "eta_from_hops", "homophily_attention", "logit_products",
+           "movement_messages", "relative_degree", "transform_logits"]

@@ -54,11 +54,19 @@ from torch import Tensor, nn
 
 from simcalib.backbones.models import glorot_
 from simcalib.calibrators.base import CalibrationGraph, Calibrator
-from simcalib.calibrators.layers import GraphInputsCache, NodeGNN, edges_with_self_loops, positive_temperature
+from simcalib.calibrators.layers import (
+    GraphInputsCache,
+    NodeGNN,
+    SortedEdges,
+    edges_with_self_loops,
+    positive_temperature,
+)
 from simcalib.calibrators.movement import (
     LOGIT_TRANSFORMS,
+    confidence_gap,
     eta_from_hops,
     homophily_attention,
+    logit_products,
     movement_messages,
     transform_logits,
 )
@@ -69,12 +77,24 @@ from simcalib.similarity import DEFAULT_RIDGE, mahalanobis_to_prototypes, normal
 PAPER_W_GRID = (0.6, 0.8, 0.9)
 PAPER_T_GRID = (0.3, 0.5, 1.0)
 GRID_CRITERIA = ("stop_nll", "fit_nll", "stop_ece", "fit_ece")
+MIN_ETA = 0.05  # floor of a learned eta
 
 
 @dataclass
 class SimCalibInputs:
     feature: tuple | None  # prepared inputs of G_feat (None without the feature branch)
     messages: dict[float, Tensor]  # t -> aggregated movement messages m [N, K]
+    confidence_gap: Tensor | None  # [N, 1] (option confidence_term)
+    movement_graph: MovementGraph | None  # what eta = "learned" recomputes the messages from
+
+
+@dataclass
+class MovementGraph:
+    edges: SortedEdges  # j -> i
+    logit_products: Tensor  # [E] z_i . z_j of the homophily term
+    sorted_logits: Tensor  # [N, K]
+    degree: Tensor  # [N]
+    hops: Tensor  # [N] int64, -1: unreachable
 
 
 class SimCalib(GraphInputsCache, Calibrator):
@@ -97,16 +117,20 @@ class SimCalib(GraphInputsCache, Calibrator):
         feature_input: str = "mahalanobis",
         prototype_nodes: str = "train",
         covariance_ridge: float = DEFAULT_RIDGE,
+        sort_similarity: bool = False,
         feat_gnn: str = "gcn",
         feat_hidden: int = 16,
         feat_dropout: float = 0.5,
         feat_heads: int = 1,
+        init_temperature: float = 1.0,
         heads: int = 2,
         movement_bias: float | None = None,
+        confidence_term: bool = False,
         homophily: bool = True,
         relative_degree: bool = True,
         homophily_logits: str = "raw",
         message_logits: str = "raw",
+        eta: str = "hops",
         eta_offset: float = 1.0,
         unreachable_hops: int | None = None,
         self_loops: bool = True,
@@ -121,7 +145,7 @@ class SimCalib(GraphInputsCache, Calibrator):
                    "feature_input": (feature_input, ("mahalanobis", "logits")),
                    "prototype_nodes": (prototype_nodes, ("train", "labelled")), "feat_gnn": (feat_gnn, ("gcn", "gat")),
                    "homophily_logits": (homophily_logits, LOGIT_TRANSFORMS),
-                   "message_logits": (message_logits, LOGIT_TRANSFORMS)}
+                   "message_logits": (message_logits, LOGIT_TRANSFORMS), "eta": (eta, ("hops", "learned"))}
         for option, (value, valid) in choices.items():
             if value not in valid:
                 raise ConfigError(f"SimCalib option {option}={value!r} is not one of: {', '.join(valid)}")
@@ -129,10 +153,15 @@ class SimCalib(GraphInputsCache, Calibrator):
             raise ConfigError(f"SimCalib needs at least one movement head, got heads={heads}")
         self.grid_criterion, self.training = grid_criterion, training
         self.feature_input, self.prototype_nodes, self.covariance_ridge = feature_input, prototype_nodes, covariance_ridge
+        self.sort_similarity = sort_similarity
         self.homophily, self.relative_degree = homophily, relative_degree
         self.homophily_logits, self.message_logits = homophily_logits, message_logits
-        self.eta_offset, self.unreachable_hops, self.self_loops = eta_offset, unreachable_hops, self_loops
+        self.eta_mode, self.eta_offset, self.unreachable_hops = eta, eta_offset, unreachable_hops
+        self.self_loops = self_loops
         self.negative_slope = negative_slope
+        if init_temperature <= 0:
+            raise ConfigError(f"SimCalib init_temperature must be > 0, got {init_temperature}")
+        self.init_temperature = init_temperature
         self.w, self.t = self.w_grid[0], self.t_grid[0]  # the point in use; fit() picks it from the grids
 
         # Branches that can never contribute (w fixed at 0 or 1) are not built, so none of the parameters is dead.
@@ -140,8 +169,14 @@ class SimCalib(GraphInputsCache, Calibrator):
                             if max(self.w_grid) > 0 else None)
         self.movement_weight = nn.Parameter(glorot_(torch.empty(num_classes, heads))) if min(self.w_grid) < 1 else None
         self.movement_bias_init = movement_bias
+        # eta = "learned": GATS's learnable scalings for hop distances 0 and 1 (1 beyond)
+        self.eta_near = (nn.Parameter(torch.ones(2)) if eta == "learned" and self.movement_weight is not None else None)
+        self.confidence_term = confidence_term
+        self.confidence_coef = (nn.Parameter(torch.zeros(1))
+                                if confidence_term and self.movement_weight is not None else None)
         self.movement_bias = (nn.Parameter(torch.full((1,), float(movement_bias)))
                               if movement_bias is not None and self.movement_weight is not None else None)
+        self.reset_parameters()
 
     @staticmethod
     def _check_grid(name: str, values: tuple, low: float, high: float) -> tuple[float, ...]:
@@ -160,17 +195,28 @@ class SimCalib(GraphInputsCache, Calibrator):
                 distances = mahalanobis_to_prototypes(graph.hidden, graph.labels, nodes, self.num_classes,
                                                       self.covariance_ridge)
                 s = normalized_similarity(distances).to(graph.device)  # [N, K]
+            if self.sort_similarity:  # class-agnostic: nearest prototype first
+                s = s.sort(dim=1).values
             feature = self.feature_gnn.prepare(s, graph.edge_index, graph.num_nodes)
-        messages = {}
+        messages, gap, movement_graph = {}, None, None
         if self.movement_weight is not None:
-            source, target = edges_with_self_loops(graph.edge_index, graph.num_nodes, self.self_loops).to(graph.device)
-            eta = eta_from_hops(graph.hops_to_train(), self.eta_offset, self.unreachable_hops)  # [N]
-            alpha = homophily_attention(transform_logits(graph.logits, self.homophily_logits), eta, source, target,
-                                        graph.num_nodes, self.negative_slope, self.homophily)  # [E]
-            sorted_logits = transform_logits(graph.logits, self.message_logits).sort(dim=1).values  # [N, K]
-            degree = graph.degree()
-            messages = {t: movement_messages(sorted_logits, alpha, eta, degree, source, target, t) for t in self.t_grid}
-        return SimCalibInputs(feature, messages)
+            edge_index = edges_with_self_loops(graph.edge_index, graph.num_nodes, self.self_loops).to(graph.device)
+            edges = SortedEdges(edge_index, graph.num_nodes)
+            homophily_logits = transform_logits(graph.logits, self.homophily_logits)  # [N, K]
+            movement_graph = MovementGraph(edges, logit_products(homophily_logits, edges),
+                                           transform_logits(graph.logits, self.message_logits).sort(dim=1).values,
+                                           graph.degree(), graph.hops_to_train())
+            if self.eta_near is None:  # no trainable part: the messages are constants, one set per t
+                eta = eta_from_hops(movement_graph.hops, self.eta_offset, self.unreachable_hops)  # [N]
+                messages = {t: self._messages(movement_graph, eta, t) for t in self.t_grid}
+            if self.confidence_coef is not None:
+                gap = confidence_gap(graph.logits, edges)
+        return SimCalibInputs(feature, messages, gap, movement_graph)
+
+    def _messages(self, g: MovementGraph, eta: Tensor, t: float) -> Tensor:
+        """m_i = sum_j alpha_ij eta_j ((d_i+1)/(d_j+1))^t sort(z_j), [N, K]."""
+        alpha = homophily_attention(g.logit_products, eta, g.edges, self.negative_slope, self.homophily)  # [E]
+        return movement_messages(g.sorted_logits, alpha, eta, g.degree, g.edges, t)
 
     # --------------------------------------------------------------------------------------------- forward
     def feature_temperature(self, graph: CalibrationGraph) -> Tensor:
@@ -179,8 +225,19 @@ class SimCalib(GraphInputsCache, Calibrator):
 
     def movement_temperature(self, graph: CalibrationGraph) -> Tensor:
         """T_move = mean over heads of softplus(m_i^T W_h), [N, 1]."""
-        messages = self.graph_inputs(graph).messages[self.t]  # [N, K]
-        temperature = F.softplus(messages @ self.movement_weight).mean(dim=1, keepdim=True)  # [N, 1]
+        inputs = self.graph_inputs(graph)
+        if self.eta_near is None:
+            messages = inputs.messages[self.t]  # [N, K]
+        else:
+            hops = inputs.movement_graph.hops
+            ones = torch.ones_like(hops, dtype=self.eta_near.dtype)
+            near = self.eta_near.clamp(min=MIN_ETA)  # stays a positive divisor
+            eta = torch.where(hops == 0, near[0], torch.where(hops == 1, near[1], ones))  # [N]
+            messages = self._messages(inputs.movement_graph, eta, self.t)
+        logit = messages @ self.movement_weight  # [N, H]
+        if self.confidence_coef is not None:
+            logit = logit + self.confidence_coef * inputs.confidence_gap
+        temperature = F.softplus(logit).mean(dim=1, keepdim=True)  # [N, 1]
         if self.movement_bias is not None:
             temperature = temperature + self.movement_bias
         return positive_temperature(temperature)
@@ -198,15 +255,21 @@ class SimCalib(GraphInputsCache, Calibrator):
     def reset_parameters(self) -> None:
         if self.feature_gnn is not None:
             self.feature_gnn.net.reset_parameters()
+            with torch.no_grad():  # softplus(bias) = init_temperature: T_feat starts near it
+                self.feature_gnn.net.output_bias().fill_(math.log(math.expm1(self.init_temperature)))
         if self.movement_weight is not None:
             glorot_(self.movement_weight)
         if self.movement_bias is not None:
             self.movement_bias.data.fill_(self.movement_bias_init)
+        if self.confidence_coef is not None:
+            self.confidence_coef.data.zero_()
+        if self.eta_near is not None:
+            self.eta_near.data.fill_(1.0)
 
     def _train_only(self, feature: bool, movement: bool) -> None:
         if self.feature_gnn is not None:
             self.feature_gnn.requires_grad_(feature)
-        for parameter in (self.movement_weight, self.movement_bias):
+        for parameter in (self.movement_weight, self.movement_bias, self.confidence_coef, self.eta_near):
             if parameter is not None:
                 parameter.requires_grad_(movement)
 
@@ -279,7 +342,7 @@ class SimCalib(GraphInputsCache, Calibrator):
             self._train_only(feature=False, movement=True)
             for t in self.t_grid:
                 infos[t] = self._fit_point(graph, fit_idx, stop_idx, seed, 0.0, t)
-                movement_states[t] = {k: v.clone() for k, v in self.state_dict().items() if k.startswith("movement_")}
+                movement_states[t] = {k: v.clone() for k, v in self.state_dict().items() if k.startswith(("movement_", "confidence_", "eta_"))}
         trials = []
         for w in self.w_grid:
             for t in self.t_grid if w < 1 else self.t_grid[:1]:

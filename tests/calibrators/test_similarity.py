@@ -7,8 +7,14 @@ import pytest
 import torch
 from graph_fixtures import single_thread, tiny_graph
 
-from simcalib.calibrators.layers import edges_with_self_loops
-from simcalib.calibrators.movement import eta_from_hops, homophily_attention, movement_messages
+from simcalib.calibrators.layers import SortedEdges, edges_with_self_loops
+from simcalib.calibrators.movement import (
+    confidence_gap,
+    eta_from_hops,
+    homophily_attention,
+    logit_products,
+    movement_messages,
+)
 from simcalib.errors import ConfigError
 from simcalib.similarity import mahalanobis_to_prototypes, normalized_similarity
 
@@ -88,11 +94,12 @@ def test_movement_messages_follow_the_paper_equation():
     """m_i = sum_j alpha_ij eta_j ((d_i+1)/(d_j+1))^t sort(z_j), alpha = softmax_j LeakyReLU(z_i.z_j/(eta_i eta_j))."""
     graph = tiny_graph()
     n, t = graph.num_nodes, 0.5
-    source, target = edges_with_self_loops(graph.edge_index, n)
+    edges = SortedEdges(edges_with_self_loops(graph.edge_index, n), n)
+    source, target = edges.source, edges.target
     eta = eta_from_hops(graph.hops_to_train())
     z, degree = graph.logits.double(), graph.degree().double()
-    alpha = homophily_attention(z, eta.double(), source, target, n)
-    got = movement_messages(z.sort(dim=1).values, alpha, eta.double(), degree, source, target, t)
+    alpha = homophily_attention(logit_products(z, edges), eta.double(), edges)
+    got = movement_messages(z.sort(dim=1).values, alpha, eta.double(), degree, edges, t)
     for i in range(n):
         neighbours = source[target == i].tolist()
         assert i in neighbours  # self-loop
@@ -105,8 +112,29 @@ def test_movement_messages_follow_the_paper_equation():
 
 def test_disabled_homophily_averages_the_neighbours_uniformly():
     graph = tiny_graph()
-    source, target = edges_with_self_loops(graph.edge_index, graph.num_nodes)
-    alpha = homophily_attention(graph.logits, torch.ones(graph.num_nodes), source, target, graph.num_nodes,
-                                enabled=False)
-    counts = torch.bincount(target, minlength=graph.num_nodes).float()
-    assert torch.allclose(alpha, 1.0 / counts[target])
+    edges = SortedEdges(edges_with_self_loops(graph.edge_index, graph.num_nodes), graph.num_nodes)
+    alpha = homophily_attention(logit_products(graph.logits, edges), torch.ones(graph.num_nodes), edges, enabled=False)
+    counts = torch.bincount(edges.target, minlength=graph.num_nodes).float()
+    assert torch.allclose(alpha, 1.0 / counts[edges.target])
+
+
+def test_weighted_sum_and_its_gradients_match_a_dense_reference():
+    g = torch.Generator().manual_seed(0)
+    n = 7
+    edge_index = torch.randint(0, n, (2, 20), generator=g)
+    edges = SortedEdges(edge_index, n)
+    weight = torch.rand(20, dtype=torch.float64, generator=g, requires_grad=True)
+    x = torch.rand(n, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    torch.autograd.gradcheck(edges.weighted_sum, (weight, x))
+    dense = torch.zeros(n, n, dtype=torch.float64).index_put((edges.target, edges.source), weight.detach(), accumulate=True)
+    assert torch.allclose(edges.weighted_sum(weight, x), dense @ x)
+
+
+def test_gats_confidence_gap_is_the_mean_difference_to_the_neighbours():
+    graph = tiny_graph()
+    edges = SortedEdges(edges_with_self_loops(graph.edge_index, graph.num_nodes), graph.num_nodes)
+    c = torch.softmax(graph.logits, 1).amax(1)
+    gap = confidence_gap(graph.logits, edges).squeeze(1)
+    for i in (0, 5, graph.num_nodes - 3):  # the last-but-two is isolated: only its self-loop
+        neighbours = edges.source[edges.target == i]
+        assert gap[i].item() == pytest.approx((c[i] - c[neighbours]).mean().item(), abs=1e-6)
