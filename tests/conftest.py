@@ -24,6 +24,11 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("MPLCONFIGDIR", str(PROJECT_ROOT / ".cache" / "matplotlib"))
 os.environ.setdefault("SIMCALIB_OFFLINE", "1")  # never wait on a download in tests
 
+# One torch thread for the whole suite: the tests run tiny ops where a second thread only adds
+# synchronisation (on a loaded 2-core machine, many times slower), and a pinned count keeps numbers
+# identical between runs (the thread count changes floating-point reduction order).
+torch.set_num_threads(int(os.environ.get("SIMCALIB_TEST_THREADS", "1")))
+
 requires_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason=f"dataset mirror {MIRROR} not present")
 requires_splits = pytest.mark.skipif(not SPLITS.is_dir(), reason=f"fixed splits {SPLITS} not present")
 
