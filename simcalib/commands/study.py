@@ -78,7 +78,8 @@ def check_study(args: argparse.Namespace) -> int:
     print(f"  output       {study.output}\n  tracking     {study.tracking_uri} (experiment {study.experiment_name})")
     if args.data:
         plan_study(study)
-        print("  data         every dataset loads; tuned options found")
+        tuned = [c.name for c in study.calibrators if c.tuned_from]
+        print("  data         every dataset loads" + (f"; tuned options found for {', '.join(tuned)}" if tuned else ""))
     return 0
 
 
