@@ -349,6 +349,9 @@ def evaluate_tuned(request: SearchRequest, settings: ProtocolSettings, out_dir: 
                            tuning_runs, progress)
     summary = summarize_comparison(paired)
     objective = request.objective
+    # the default options on the search's own objective: did the search beat them where it looked?
+    default_value = CalibrationObjective(calibrator, tuning_order(tuning_runs), settings, objective).mean({})
+    best = study.best_trial
     intro = [
         f"Search: Optuna study `{name}` ({redact(optuna_storage(request.storage))}), {request.sampler} sampler, "
         f"space `{request.space}`; objective: mean {objective.metric.upper()} on calibration-fold nodes "
@@ -359,6 +362,9 @@ def evaluate_tuned(request: SearchRequest, settings: ProtocolSettings, out_dir: 
         f"Tuned options (from `{tuned_path(dataset, backbone, request.tuned_dir)}`): `{tuned}`; "
         f"default: `{calibrator}` with its protocol defaults. Both evaluated on the test nodes of "
         f"{len(paired)} runs (backbones shared).",
+        "",
+        f"On the search's objective (labelled nodes of the tuning runs), the best trial ({best.number}) scores "
+        f"{best.value:.4f} and the default options {default_value:.4f}.",
     ]
     if command:
         intro = [f"Command: `{command}`", "", *intro]
