@@ -44,6 +44,8 @@ def cache_key(
         "train": hashlib.sha256(np.asarray(train_idx, dtype=np.int64).tobytes()).hexdigest(),
         "val": hashlib.sha256(np.asarray(val_idx, dtype=np.int64).tobytes()).hexdigest(),
         "code": BACKBONE_CODE_VERSION,
+        # The CPU thread count changes floating-point reduction order, hence early stopping and the backbone.
+        "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "pyg": torch_geometric.__version__,
     }

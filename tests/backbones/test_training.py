@@ -88,6 +88,12 @@ def test_cache_round_trip_and_key_sensitivity(sbm_graph, tmp_path):
     assert key != cache_key("SBM", config, 0, 0, 0, 2, train, val)  # seed
     assert key != cache_key("SBM", dataclasses.replace(config, lr=0.02), 0, 0, 0, 1, train, val)  # settings
     assert key != cache_key("SBM", config, 0, 0, 0, 1, train[1:], val)  # split indices
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        assert key != cache_key("SBM", config, 0, 0, 0, 1, train, val)  # thread count changes the numbers
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_corrupt_cache_entry_is_ignored(sbm_graph, tmp_path):
