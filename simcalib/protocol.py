@@ -20,7 +20,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from simcalib.backbones import BackboneCache, BackboneConfig, BackboneOutput, backbone_name, cache_key, train_backbone
+from simcalib.backbones import (
+    BackboneCache,
+    BackboneConfig,
+    BackboneOutput,
+    backbone_name,
+    cache_key,
+    train_backbone,
+)
 from simcalib.calibrators import CalibrationGraph, build_calibrator, canonical_calibrator
 from simcalib.data import GraphData, get_spec, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
