@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from simcalib.calibrators.base import CalibrationGraph, TemperatureCalibrator
+from simcalib.calibrators.defaults import default_weight_decay
 from simcalib.calibrators.layers import GraphInputsCache, TwoLayerGCN, positive_temperature
 
 
@@ -27,6 +28,7 @@ class CaGCN(GraphInputsCache, TemperatureCalibrator):
     name = "CaGCN"
 
     def __init__(self, num_classes: int, hidden: int = 16, dropout: float = 0.5, **kwargs):
+        kwargs.setdefault("weight_decay", default_weight_decay(self.name))  # without a benchmark: the protocol's
         super().__init__(num_classes, **kwargs)
         self.hidden = hidden
         self.dropout = dropout

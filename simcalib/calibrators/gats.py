@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from simcalib.backbones.models import glorot_
 from simcalib.calibrators.base import CalibrationGraph, TemperatureCalibrator
+from simcalib.calibrators.defaults import default_weight_decay
 from simcalib.calibrators.layers import (
     GraphInputsCache,
     SortedEdges,
@@ -60,6 +61,7 @@ class GATS(GraphInputsCache, TemperatureCalibrator):
     name = "GATS"
 
     def __init__(self, num_classes: int, heads: int = 8, bias: float = 1.0, negative_slope: float = 0.2, **kwargs):
+        kwargs.setdefault("weight_decay", default_weight_decay(self.name))  # without a benchmark: the protocol's
         super().__init__(num_classes, **kwargs)
         if heads < 1:
             raise ConfigError(f"GATS needs at least one head, got {heads}")

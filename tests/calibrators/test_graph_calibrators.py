@@ -196,10 +196,36 @@ def test_ablation_presets_switch_the_right_parts_off():
     assert not neither.homophily and not neither.relative_degree
 
 
-def test_separate_training_mixes_branches_fitted_once():
-    model = fitted("SimCalib", tiny_graph(), training="separate")
+def test_joint_training_fits_every_grid_point_on_the_mixture():
+    model = fitted("SimCalib", tiny_graph(), training="joint")
     assert len(model.fit_info["grid"]) == 9
     assert torch.isfinite(model.predict_proba(tiny_graph())).all()
+
+
+@pytest.mark.parametrize("training,same", [("separate", True), ("joint", False)])
+def test_separate_training_fits_the_feature_branch_independently_of_w(training, same):
+    graph = tiny_graph()
+    low, high = (fitted("SimCalib", graph, w=w, t=0.5, training=training) for w in (0.6, 0.9))
+    with torch.no_grad():
+        assert torch.allclose(low.feature_temperature(graph), high.feature_temperature(graph)) is same
+
+
+def test_branches_start_at_the_initial_temperature():
+    graph = tiny_graph()
+    model = build_calibrator("SimCalib", graph.num_classes, w=0.5, t=0.5, init_temperature=2.0, movement_bias=1.0)
+    assert F.softplus(model.feature_gnn.net.output_bias()).item() == pytest.approx(2.0)
+    with torch.no_grad():
+        assert (model.movement_temperature(graph) >= 1.0).all()  # bias 1 + mean of softplus terms
+
+
+def test_without_movement_bias_t_move_is_the_papers_equation():
+    graph = tiny_graph()
+    model = build_calibrator("SimCalib", graph.num_classes, w=0.0, t=0.5, movement_bias=None)
+    model.prepare(graph)
+    with torch.no_grad():
+        messages = model.graph_inputs(graph).messages[0.5]
+        expected = F.softplus(messages @ model.movement_weight).mean(1, keepdim=True)
+        assert torch.allclose(model.movement_temperature(graph), expected.clamp(min=1e-3))
 
 
 @pytest.mark.parametrize("option,value", [
