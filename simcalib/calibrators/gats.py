@@ -23,6 +23,7 @@ from simcalib.errors import ConfigError
 
 # Bias initialisation per dataset (GATS configs: 1.5 on CoraFull, 1 elsewhere).
 GATS_BIAS = {"CoraFull": 1.5}
+MIN_SCALE = 0.05  # floor of the learnable distance scalings a
 
 
 @dataclass
@@ -91,7 +92,10 @@ class GATS(GraphInputsCache, TemperatureCalibrator):
         z, edges = graph.logits, inputs.edges
         source, target = edges.source, edges.target
         ones = torch.ones_like(z[:, 0])
-        scale = torch.where(inputs.at_train, self.train_scale, torch.where(inputs.next_to_train, self.near_scale, ones))
+        # a_j divides the logits: kept >= MIN_SCALE so the score cannot blow up to inf/NaN (the GATS code has
+        # no floor; a Cora GCN run drove a towards 0 and diverged at epoch ~1000 without one)
+        train_scale, near_scale = self.train_scale.clamp(min=MIN_SCALE), self.near_scale.clamp(min=MIN_SCALE)
+        scale = torch.where(inputs.at_train, train_scale, torch.where(inputs.next_to_train, near_scale, ones))
         # (z_i / a_i) . (z_j / a_j) = z_i . z_j / (a_i a_j): per-edge scalars only, the products are constants
         score = inputs.logit_products / (scale.index_select(0, target) * scale.index_select(0, source))  # [E']
         alpha = edges.softmax(F.leaky_relu(score, self.negative_slope))  # [E'], sums to 1 per target

@@ -9,7 +9,6 @@ from graph_fixtures import NUM_CLASSES, permuted, single_thread, tiny_graph, tin
 
 from simcalib.calibrators import (
     CALIBRATORS,
-    GATS,
     CaGCN,
     CalibrationGraph,
     SimCalib,
@@ -88,10 +87,7 @@ def test_temperatures_stay_positive_and_finite_under_extreme_parameters(name):
     model.prepare(graph)
     with torch.no_grad():
         for parameter in model.parameters():
-            parameter.fill_(-1e4)  # pushes softplus to 0 and GATS's bias far below 0
-        if isinstance(model, GATS):
-            model.train_scale.fill_(1.0)
-            model.near_scale.fill_(1.0)
+            parameter.fill_(-1e4)  # pushes softplus to 0, GATS's bias far below 0, its distance scalings below 0
     for temperature in temperatures(model, graph):
         assert torch.isfinite(temperature).all() and (temperature > 0).all()
     assert torch.isfinite(model(graph)).all()
@@ -252,3 +248,12 @@ def test_cagcn_multiplies_logits_by_a_softplus_inverse_temperature():
     with torch.no_grad():
         inverse = F.softplus(model.gcn(*model.graph_inputs(graph)))
         assert torch.allclose(model(graph), F.log_softmax(graph.logits * inverse, 1), atol=1e-5)
+
+
+def test_gats_survives_distance_scalings_learnt_down_to_zero():
+    graph = tiny_graph()
+    model = build_calibrator("GATS", graph.num_classes)
+    with torch.no_grad():
+        model.train_scale.zero_()
+        model.near_scale.zero_()
+    assert torch.isfinite(model(graph)).all()
