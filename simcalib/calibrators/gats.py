@@ -54,7 +54,8 @@ class GATS(GraphInputsCache, TemperatureCalibrator):
     :math:`\gamma` a learnable confidence coefficient (initialised to 0) and b a learnable bias (``bias``:
     1, 1.5 on CoraFull). Heads ``heads`` = 8, weight decay per benchmark (protocol defaults).
     Hop distances come from :meth:`CalibrationGraph.hops_to_train` (BFS from the training folds).
-    T is clamped at 1e-3 from below so it stays positive even if b is learnt negative.
+    Two floors the GATS code lacks keep every fit finite: T >= 1e-3 (b can be learnt negative) and
+    a >= 0.05 (a divides the logits).
 
     Options (names used by hyperparameter search): ``heads``, ``bias``, ``weight_decay``.
     """
