@@ -1,0 +1,104 @@
+"""Speed of the graph calibrators, printed as measurements (targets of issue #3).
+
+1. One SimCalib fit, with its w x t grid, on a Physics GCN backbone (target: under 60 s on 2 cores),
+   next to the other graph calibrators' fits on the same backbone.
+2. Where one Cora GCN run spends its time: backbone training vs each calibrator's fit.
+
+    .venv/bin/python benchmarks/bench_calibrators.py [--physics-only | --cora-only] [--threads 2]
+
+Backbones come from the shared cache (or are trained and cached first: ~1-2 min for Physics GCN on two
+free cores); their training time is the one recorded when they were trained. Uses $SIMCALIB_DATA_MIRROR /
+$SIMCALIB_SPLITS_DIR like the CLI. Timings depend on what else the machine does: the load average is
+printed next to each measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import warnings
+
+GRAPH_CALIBRATORS = ["CaGCN", "GATS", "SimCalib"]
+RUN_CALIBRATORS = ["UnCal", "TS", "VS", "ETS", "CaGCN", "GATS", "SimCalib", "SimCalib_l", "SimCalib_m",
+                   "SimCalib_h", "SimCalib_r", "SimCalib_n"]
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def _fit(run, settings, output, name: str):
+    """(seconds, fitted calibrator) of one fit, seeded as the protocol seeds it."""
+    from simcalib.calibrators import build_calibrator
+    from simcalib.protocol import calibration_graph
+    from simcalib.seeding import derive_seed, seed_everything
+
+    graph, _ = calibration_graph(run, settings, output)
+    seed_everything(derive_seed(run.seed(settings), name))
+    model = build_calibrator(name, graph.num_classes, run.dataset, run.backbone)
+    start = time.perf_counter()
+    model.fit(graph)
+    return time.perf_counter() - start, model
+
+
+def physics_simcalib(threads: int) -> None:
+    import torch
+
+    from simcalib.protocol import ProtocolSettings, Run, train_run_backbone
+
+    torch.set_num_threads(threads)
+    settings = ProtocolSettings()
+    run = Run("Physics", "GCN", 0, 0, 0)
+    start = time.perf_counter()
+    output = train_run_backbone(run, settings)
+    print(f"[physics-gcn] backbone ready in {time.perf_counter() - start:.1f} s "
+          f"(recorded training time {output.train_seconds:.1f} s, {output.epochs} epochs)")
+    for name in GRAPH_CALIBRATORS:
+        before = _load()
+        seconds, model = _fit(run, settings, output, name)
+        info = model.fit_info
+        extra = ""
+        if name == "SimCalib":
+            extra = (f"; grid of {len(info['grid'])} points, chosen w={info['w']} t={info['t']}, "
+                     f"target < 60 s")
+        print(f"[physics-gcn] {name} fit {seconds:.1f} s with {threads} threads{extra}; before: {before}")
+
+
+def cora_run_fractions(threads: int) -> None:
+    import torch
+
+    from simcalib.protocol import ProtocolSettings, Run, train_run_backbone
+
+    torch.set_num_threads(threads)
+    settings = ProtocolSettings()
+    run = Run("Cora", "GCN", 0, 0, 0)
+    output = train_run_backbone(run, settings)
+    before = _load()
+    seconds = {"backbone training": output.train_seconds}
+    for name in RUN_CALIBRATORS:
+        seconds[name], _ = _fit(run, settings, output, name)
+    total = sum(seconds.values())
+    print(f"[cora-gcn] one run ({run.tag()}), {total:.1f} s in all with {threads} threads; before: {before}, "
+          f"after: {_load()}")
+    for part, value in seconds.items():
+        print(f"[cora-gcn]   {part:<18} {value:7.2f} s  {100 * value / total:5.1f} %")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--physics-only", action="store_true")
+    group.add_argument("--cora-only", action="store_true")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2: the target's cores)")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore", category=UserWarning)
+    if not args.cora_only:
+        physics_simcalib(args.threads)
+    if not args.physics_only:
+        cora_run_fractions(args.threads)
+
+
+if __name__ == "__main__":
+    main()
