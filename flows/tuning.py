@@ -3,8 +3,8 @@
 * **Study**: one per benchmark x calibrator (x space), named ``Cora_GCN_SimCalib``, in an RDB storage (a
   SQLite file by default, any SQLAlchemy URL such as ``postgresql://...``, so workers on several machines
   can share it). ``load_if_exists``: running the same search again continues the same study. What the
-  study measures (space, objective, runs, protocol) is stored as a study attribute; resuming with
-  different settings is refused rather than mixing incomparable values.
+  study measures (space, objective, runs, protocol, code fingerprint) is stored as a study attribute;
+  resuming with different settings or changed numeric code is refused rather than mixing incomparable values.
 * **Trial budget**: ``trials`` is the number of *finished* (complete or pruned) trials the study should
   hold, so an interrupted search re-run with the same command does exactly the missing trials.
 * **Sampler**: seeded TPE (or a grid over an all-categorical space). The seed derives from the study seed,
@@ -162,9 +162,28 @@ def make_pruner(request: SearchRequest) -> optuna.pruners.BasePruner:
                                        n_warmup_steps=request.pruner_warmup_runs)
 
 
+def code_fingerprint() -> str:
+    """The code behind a trial's value: the library's numeric source (as the study flow's task keys use
+    it), the objective's source, and the torch / torch_geometric versions. A calibrator fixed or retuned
+    by a code change must not be compared with trials measured before it."""
+    import hashlib
+
+    import torch
+    import torch_geometric
+
+    from flows.caching import library_fingerprint
+    from simcalib.tuning import objective
+
+    digest = hashlib.sha256(library_fingerprint().encode())
+    digest.update(Path(objective.__file__).read_bytes())
+    digest.update(f"{torch.__version__}|{torch_geometric.__version__}".encode())
+    return digest.hexdigest()[:16]
+
+
 def study_identity(request: SearchRequest, space: SearchSpace, settings: ProtocolSettings, runs: list[Run]) -> dict:
     """What the study's values mean; trials are only comparable when all of it is equal."""
     return {
+        "code": code_fingerprint(),
         "dataset": runs[0].dataset, "backbone": runs[0].backbone, "calibrator": space.calibrator,
         "space": space.definition(), "objective": request.objective.describe(), "runs": [r.tag() for r in runs],
         "study_seed": settings.study_seed, "label_rate": settings.label_rate,
@@ -181,8 +200,8 @@ def check_identity(study: optuna.Study, identity: dict) -> None:
     if changed:
         raise ConfigError(
             f"Optuna study {study.study_name} already holds trials measured differently ({', '.join(changed)} changed: "
-            f"stored {({k: stored.get(k) for k in changed})}); resume with the original settings, or choose another "
-            "--study-name (or --space) for the new search"
+            f"stored {({k: stored.get(k) for k in changed})}); resume with the original settings (and code), or "
+            "choose another --study-name (or --space) for the new search"
         )
 
 

@@ -95,12 +95,15 @@ def test_same_request_same_trials(request_for, tiny_protocol, tmp_path):
     assert other_seed.best_params != a.best_params
 
 
-def test_a_study_refuses_settings_that_change_what_it_measures(request_for, tiny_protocol):
+def test_a_study_refuses_settings_that_change_what_it_measures(request_for, tiny_protocol, monkeypatch):
     run_search(request_for(trials=1), tiny_protocol)
     with pytest.raises(ConfigError, match=r"Cora_GCN_TS already holds trials measured differently \(objective changed"):
         run_search(request_for(trials=2, objective=ObjectiveSettings(metric="ece")), tiny_protocol)
     with pytest.raises(ConfigError, match=r"measured differently \(runs changed"):
         run_search(request_for(trials=2, folds=[1]), tiny_protocol)
+    monkeypatch.setattr("flows.tuning.code_fingerprint", lambda: "calibrator code edited")
+    with pytest.raises(ConfigError, match=r"measured differently \(code changed"):
+        run_search(request_for(trials=2), tiny_protocol)
 
 
 def test_grid_sampler_tries_each_point_once(request_for, tiny_protocol):
