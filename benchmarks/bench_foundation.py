@@ -5,7 +5,10 @@
 2. Peak resident memory while training one Physics GAT backbone (target: under 6 GB), measured in a
    child process so that the peak belongs to that training alone.
 
-    .venv/bin/python benchmarks/bench_foundation.py [--runs-only | --memory-only] [--epochs N]
+    .venv/bin/python benchmarks/bench_foundation.py [--runs-only | --memory-only] [--epochs N] [--workers N]
+
+The runs go through ``run_benchmark(..., workers=N)`` as ``simcalib benchmark --workers N`` does (default: one
+process per core, one torch thread each).
 
 Uses $SIMCALIB_DATA_MIRROR / $SIMCALIB_SPLITS_DIR like the CLI (the Makefile sets them). Timings depend on
 what else the machine is doing: the script prints the load average next to each measurement.
@@ -27,21 +30,22 @@ def _load() -> str:
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
 
 
-def time_cora_gcn(threads: int) -> None:
+def time_cora_gcn(threads: int, workers: int) -> None:
     import torch
 
     from simcalib.protocol import BenchmarkRequest, ProtocolSettings, run_benchmark, summarize
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(1 if workers > 1 else threads)
     with tempfile.TemporaryDirectory() as tmp:
         settings = ProtocolSettings(cache_dir=f"{tmp}/cache")
         request = BenchmarkRequest("Cora", "GCN", ["UnCal", "TS", "VS", "ETS"])
         load_before = _load()
         start = time.perf_counter()
-        results = run_benchmark(request, settings, f"{tmp}/out")
+        results = run_benchmark(request, settings, f"{tmp}/out", workers=workers)
         elapsed = time.perf_counter() - start
     print(f"[cora-gcn] {results[['split', 'init', 'fold']].drop_duplicates().shape[0]} runs x 4 calibrators "
-          f"in {elapsed:.1f} s ({elapsed / 60:.2f} min; target < 5 min) with {threads} threads; before: {load_before}, after: {_load()}")
+          f"in {elapsed:.1f} s ({elapsed / 60:.2f} min; target < 5 min) with "
+          f"{f'{workers} worker processes x 1 thread' if workers > 1 else f'{threads} threads'}; before: {load_before}, after: {_load()}")
     fit = results.groupby("calibrator")["fit_seconds"].sum()
     print("[cora-gcn] calibrator fit seconds (sum over runs): " + ", ".join(f"{k} {v:.1f}" for k, v in fit.items()))
     summary = summarize(results).set_index("calibrator")
@@ -84,11 +88,13 @@ def main() -> None:
     parser.add_argument("--runs-only", action="store_true")
     parser.add_argument("--memory-only", action="store_true")
     parser.add_argument("--epochs", type=int, default=50, help="Physics GAT epochs (the peak is reached in the first)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (one process)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="runs in parallel processes, one thread each (default: one per core; 1: --threads)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     if not args.memory_only:
-        time_cora_gcn(args.threads)
+        time_cora_gcn(args.threads, args.workers)
     if not args.runs_only:
         physics_gat_memory(args.epochs)
 

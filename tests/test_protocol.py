@@ -52,6 +52,26 @@ def test_a_run_recomputed_alone_gives_the_same_numbers(settings, tmp_path):
         assert alone[metric] == pytest.approx(inside[metric], rel=1e-9)
 
 
+def test_parallel_workers_give_the_numbers_of_one_single_threaded_process(settings, tmp_path):
+    import dataclasses
+
+    import torch
+
+    request = BenchmarkRequest("cora", "GCN", ["uncal", "TS"], splits=[0], inits=[0, 1], folds=[0])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the workers' thread count (part of the backbone's identity)
+    try:
+        serial = run_benchmark(request, settings, tmp_path / "serial")
+    finally:
+        torch.set_num_threads(threads)
+    fresh_cache = dataclasses.replace(settings, cache_dir=str(tmp_path / "cache-parallel"))  # workers retrain
+    parallel = run_benchmark(request, fresh_cache, tmp_path / "parallel", workers=2)
+    key = ["calibrator", "split", "init", "fold"]
+    serial, parallel = (f.sort_values(key).reset_index(drop=True) for f in (serial, parallel))
+    assert len(parallel) == 4 and len(list((tmp_path / "cache-parallel").rglob("*.pt"))) == 2
+    pd.testing.assert_frame_equal(serial.drop(columns="fit_seconds"), parallel.drop(columns="fit_seconds"))
+
+
 def test_summary_uses_population_std():
     frame = pd.DataFrame({"dataset": "Cora", "backbone": "GCN", "calibrator": "TS",
                           **{m: [1.0, 3.0] for m in ("ece", "ace", "mce", "classwise_ece", "kde_ece", "nll", "brier", "accuracy")}})

@@ -33,6 +33,8 @@ def register(sub) -> None:
     bench.add_argument("--cache-dir", help="backbone cache (default: $SIMCALIB_CACHE_DIR or .cache/simcalib)")
     bench.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     bench.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    bench.add_argument("--workers", type=int, default=1,
+                       help="runs in parallel, each in its own process with one torch thread (e.g. 2 on 2 cores)")
     bench.add_argument("--max-epochs", type=int, default=None, help="cap backbone epochs (quick checks only; the protocol uses 2000)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_data_options(bench)
@@ -48,6 +50,12 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.data import get_spec
     from simcalib.protocol import BenchmarkRequest, ProtocolSettings, run_benchmark, summarize
 
+    if args.workers < 1:
+        print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
+        return 2
+    if args.workers > 1 and args.threads not in (None, 1):
+        print("error: --workers runs each process with one torch thread; drop --threads or set it to 1", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     dataset, backbone = get_spec(args.dataset).name, backbone_name(args.backbone)
@@ -61,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     request = BenchmarkRequest(dataset, backbone, calibrators, args.splits, args.inits, args.folds)
     progress = None if args.no_progress else (lambda runs: tqdm(runs, desc=f"{dataset}-{backbone}", unit="run"))
     try:
-        results = run_benchmark(request, settings, out, save_predictions=args.save_predictions, progress=progress)
+        results = run_benchmark(request, settings, out, save_predictions=args.save_predictions, progress=progress,
+                                workers=args.workers)
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished runs are kept in {out / 'results.csv'}; the same command resumes", file=sys.stderr)
         return 130
