@@ -231,8 +231,11 @@ def _run_calibrators(run: Run, settings: ProtocolSettings, calibrators: Sequence
     return [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir) for c in calibrators]
 
 
-def _worker_init(threads: int) -> None:
+def _worker_init(threads: int, warning_filters: list) -> None:
+    import warnings
+
     torch.set_num_threads(threads)
+    warnings.filters[:] = warning_filters  # the caller's filters (spawned processes start with the defaults)
 
 
 def _run_in_processes(jobs, settings, options, predictions_dir, results_path: Path, workers: int, progress) -> None:
@@ -240,6 +243,7 @@ def _run_in_processes(jobs, settings, options, predictions_dir, results_path: Pa
     on few cores, and the same numbers as ``--threads 1``: the thread count is part of the backbone's
     identity). The parent alone writes ``results.csv``, each run's rows as soon as that run finishes."""
     import multiprocessing
+    import warnings
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     pending = [(run, todo) for run, todo in jobs if todo]
@@ -247,7 +251,8 @@ def _run_in_processes(jobs, settings, options, predictions_dir, results_path: Pa
     if bar is not None and hasattr(bar, "update"):
         bar.update(len(jobs) - len(pending))  # runs already in results.csv
     context = multiprocessing.get_context("spawn")  # torch and fork do not mix safely
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init, initargs=(1,)) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
+                             initargs=(1, list(warnings.filters))) as pool:
         futures = {pool.submit(_run_calibrators, run, settings, todo, options, predictions_dir): run
                    for run, todo in pending}
         try:

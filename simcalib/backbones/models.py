@@ -29,7 +29,7 @@ def glorot_(weight: Tensor) -> Tensor:
 def normalized_adjacency(edge_index: Tensor, num_nodes: int) -> SparseOperand:
     r""":math:`\hat A = D^{-1/2}(A + I)D^{-1/2}` as a sparse operand (rows = targets, as GCNConv aggregates)."""
     ei, w = gcn_norm(edge_index, None, num_nodes, add_self_loops=True)
-    adj = torch.sparse_coo_tensor(ei.flip(0), w, (num_nodes, num_nodes)).coalesce().to_sparse_csr()
+    adj = torch.sparse_coo_tensor(ei.flip(0), w, (num_nodes, num_nodes), check_invariants=False).coalesce().to_sparse_csr()
     return SparseOperand.from_csr(adj)
 
 

@@ -55,11 +55,13 @@ class SparseOperand:
         nnz = matrix.values().numel()
         # Transpose a matrix whose values are the positions 0..nnz-1 to learn where each value goes.
         positions = torch.sparse_csr_tensor(
-            matrix.crow_indices(), matrix.col_indices(), torch.arange(nnz, dtype=torch.float64), matrix.shape
+            matrix.crow_indices(), matrix.col_indices(), torch.arange(nnz, dtype=torch.float64), matrix.shape,
+            check_invariants=False,
         )
         t = positions.t().to_sparse_csr()
         perm = t.values().round().long()
-        transpose = torch.sparse_csr_tensor(t.crow_indices(), t.col_indices(), matrix.values()[perm], t.shape)
+        transpose = torch.sparse_csr_tensor(t.crow_indices(), t.col_indices(), matrix.values()[perm], t.shape,
+                                            check_invariants=False)
         return cls(matrix, transpose, perm)
 
     def to(self, device) -> SparseOperand:
@@ -75,7 +77,8 @@ class SparseOperand:
         values = fast_dropout(self.matrix.values(), p, True)
         m, t = self.matrix, self.transpose
         return SparseOperand(
-            torch.sparse_csr_tensor(m.crow_indices(), m.col_indices(), values, m.shape),
-            torch.sparse_csr_tensor(t.crow_indices(), t.col_indices(), values[self.perm], t.shape),
+            torch.sparse_csr_tensor(m.crow_indices(), m.col_indices(), values, m.shape, check_invariants=False),
+            torch.sparse_csr_tensor(t.crow_indices(), t.col_indices(), values[self.perm], t.shape,
+                                    check_invariants=False),
             self.perm,
         )

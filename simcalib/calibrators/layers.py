@@ -63,11 +63,13 @@ class SortedEdges:
 
     def matrix(self, weight: Tensor) -> Tensor:
         """[N, N] sparse CSR with ``weight`` [E] at (target, source)."""
-        return torch.sparse_csr_tensor(self.row_pointers, self.source, weight, (self.num_nodes, self.num_nodes))
+        return torch.sparse_csr_tensor(self.row_pointers, self.source, weight, (self.num_nodes, self.num_nodes),
+                                       check_invariants=False)
 
     def transposed_matrix(self, weight: Tensor) -> Tensor:
         return torch.sparse_csr_tensor(self.transpose_row_pointers, self.transpose_columns,
-                                       weight[self.transpose_order], (self.num_nodes, self.num_nodes))
+                                       weight[self.transpose_order], (self.num_nodes, self.num_nodes),
+                                       check_invariants=False)
 
     def weighted_sum(self, weight: Tensor, x: Tensor) -> Tensor:
         r""":math:`\sum_{e: j \to i} w_e x_j` for ``weight`` [E] and ``x`` [N, C]: [N, C]."""
