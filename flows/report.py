@@ -25,8 +25,8 @@ REPORT_EXPERIMENT = "simcalib-report"
 
 
 @task(name="report-load", cache_policy=NO_CACHE)
-def load(results_dir: str, paper_dir: str | None):
-    return build.load_inputs(results_dir, paper_dir)
+def load(results_dir: str, paper_dir: str | None, splits: list[int] | None = None):
+    return build.load_inputs(results_dir, paper_dir, splits)
 
 
 @task(name="report-tables", cache_policy=NO_CACHE)
@@ -97,14 +97,15 @@ def log_to_mlflow(out_dir: str, tracking_uri: str | None, run_name: str, experim
 @flow(name="report")
 def report_flow(results_dir: str, out_dir: str, paper_dir: str | None = None, title: str | None = None,
                 theory_reps: int = 2000, seed: int = 10, tracking_uri: str | None = None,
-                experiment: str = REPORT_EXPERIMENT) -> str:
+                experiment: str = REPORT_EXPERIMENT, splits: list[int] | None = None) -> str:
     """Write the report of the results below ``results_dir`` into ``out_dir``; returns the report.md path.
 
     A study passes its ``tracking_uri`` and experiment name so the report sits beside its benchmark runs.
+    ``splits`` restricts the report to those splits' runs.
     """
     logger = get_run_logger()
     title = title or f"SimCalib study report: {Path(results_dir).name}"
-    study, paper = load(results_dir, paper_dir)
+    study, paper = load(results_dir, paper_dir, splits)
     table_set = tables(study, paper, out_dir)
     sig = significance(study, table_set, paper, out_dir)
     figure_set = figures(study, out_dir)

@@ -12,6 +12,7 @@ import argparse
 import os
 from pathlib import Path
 
+from simcalib.commands.common import count_or_list
 from simcalib.errors import ConfigError, DataMissingError
 
 
@@ -28,6 +29,8 @@ def register(sub) -> None:
     report.add_argument("--theory-reps", type=int, default=2000,
                         help="Monte-Carlo replicates per cell of the Theorem 1 check (default 2000)")
     report.add_argument("--seed", type=int, default=10, help="seed of the Monte-Carlo check (default 10)")
+    report.add_argument("--splits", type=count_or_list, default=None,
+                        help="only these splits' runs, e.g. =1,2,3,4 (the splits no default was chosen on); default: all")
     report.add_argument("--flow", action="store_true", help="run as the Prefect flow `report`")
     report.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI to log the report to (default: $MLFLOW_TRACKING_URI; unset: no logging)")
@@ -64,11 +67,12 @@ def run(args: argparse.Namespace) -> int:
         from flows.report import report_flow
 
         md = Path(report_flow(str(results_dir), str(out), args.paper_dir, title, args.theory_reps, args.seed,
-                              args.tracking_uri))
+                              args.tracking_uri, splits=args.splits))
     else:
         from simcalib.report import build_report
 
-        md = build_report(results_dir, out, args.paper_dir, title, args.theory_reps, args.seed).report_md
+        md = build_report(results_dir, out, args.paper_dir, title, args.theory_reps, args.seed,
+                          splits=args.splits).report_md
         if args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"):
             from flows.report import log_report_to_mlflow
 

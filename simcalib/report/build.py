@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from simcalib.report import figures as figs
 from simcalib.report import stats, theory
 from simcalib.report.paper import PaperTables, load_paper_tables
 from simcalib.report.render import Block, Bullets, Figure, Heading, Paragraph, table_block, write_report
-from simcalib.report.results import StudyResults, load_study_results
+from simcalib.report.results import StudyResults, load_study_results, select_splits
 from simcalib.report.tables import (
     MAIN_METHODS,
     NOT_RUN,
@@ -44,9 +45,9 @@ FULL_RUNS = 75  # 5 splits x 5 inits x 3 folds
 # Steps
 
 
-def load_inputs(results_dir: str | os.PathLike, paper_dir: str | os.PathLike | None = None
-                ) -> tuple[StudyResults, PaperTables]:
-    return load_study_results(results_dir), load_paper_tables(paper_dir)
+def load_inputs(results_dir: str | os.PathLike, paper_dir: str | os.PathLike | None = None,
+                splits: Sequence[int] | None = None) -> tuple[StudyResults, PaperTables]:
+    return select_splits(load_study_results(results_dir), splits), load_paper_tables(paper_dir)
 
 
 @dataclass
@@ -347,10 +348,11 @@ class ReportOutputs:
 
 def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike, paper_dir: str | os.PathLike | None = None,
                  title: str | None = None, theory_reps: int = 2000, seed: int = 10,
-                 theory_grid: dict | None = None) -> ReportOutputs:
-    """Everything above in order; returns the paths written."""
+                 theory_grid: dict | None = None, splits: Sequence[int] | None = None) -> ReportOutputs:
+    """Everything above in order; returns the paths written. ``splits`` restricts every table, test and
+    figure to those splits' runs (e.g. the splits never looked at while choosing defaults)."""
     out_dir = Path(out_dir)
-    study, paper = load_inputs(results_dir, paper_dir)
+    study, paper = load_inputs(results_dir, paper_dir, splits)
     tables = build_tables(study, paper)
     files = write_tables(tables, out_dir)
     sig = compute_significance(study, tables, paper)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from simcalib.errors import DataCorruptError, DataMissingError
+from simcalib.errors import ConfigError, DataCorruptError, DataMissingError
 from simcalib.protocol import KEY_COLUMNS, RESULT_COLUMNS, read_results
 
 PROTOCOL_LABEL_RATE = 0.15  # 3 folds x 5% of each class (PROTOCOL section 2)
@@ -55,6 +56,20 @@ class StudyResults:
         if rate is None or self.predictions.empty:
             return self.predictions
         return self.predictions[np.isclose(self.predictions["label_rate"], rate) | self.predictions["label_rate"].isna()]
+
+
+def select_splits(study: StudyResults, splits: Sequence[int] | None) -> StudyResults:
+    """Only the runs of ``splits`` (e.g. the splits no choice was made on); ``None`` keeps every run."""
+    if splits is None:
+        return study
+    wanted = sorted({int(s) for s in splits})
+    present = sorted(int(s) for s in pd.to_numeric(study.rows["split"], errors="coerce").dropna().unique())
+    if not set(wanted) & set(present):
+        raise ConfigError(f"no results rows for split(s) {wanted}; the results have split(s) {present}")
+    keep = lambda frame: frame[pd.to_numeric(frame["split"], errors="coerce").isin(wanted)].reset_index(drop=True)  # noqa: E731
+    predictions = keep(study.predictions) if len(study.predictions) else study.predictions
+    note = f"Only the runs of split(s) {', '.join(map(str, wanted))} are included (a subset of the protocol's 5 splits)."
+    return StudyResults(study.root, keep(study.rows), predictions, [*study.notes, note])
 
 
 def find_results_files(root: Path) -> list[Path]:

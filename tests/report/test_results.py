@@ -54,3 +54,17 @@ def test_malformed_and_missing_inputs_raise_user_errors(tmp_path):
 def test_an_empty_folder_is_an_empty_study_with_a_note(tmp_path):
     study = load_study_results(tmp_path)
     assert study.rows.empty and study.predictions.empty and "No results.csv" in study.notes[0]
+
+
+def test_selecting_splits_keeps_only_their_rows_and_predictions_and_says_so(synthetic_study):
+    from simcalib.errors import ConfigError
+    from simcalib.report.results import select_splits
+
+    study = load_study_results(synthetic_study)
+    held_out = select_splits(study, [1])
+    assert set(held_out.rows["split"]) == {1} and len(held_out.rows) == (study.rows["split"] == 1).sum()
+    assert set(held_out.predictions["split"]) == {1}
+    assert any("split(s) 1" in note for note in held_out.notes)
+    assert select_splits(study, None) is study
+    with pytest.raises(ConfigError, match="no results rows for split"):
+        select_splits(study, [7])
