@@ -18,8 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GATConv
 
-from simcalib.backbones import BackboneConfig, train_backbone
-from simcalib.backbones import models, training
+from simcalib.backbones import BackboneConfig, models, train_backbone, training
 from simcalib.metrics import compute_metrics
 from simcalib.protocol import ProtocolSettings, Run, backbone_config, load_graph, run_split
 
