@@ -77,6 +77,9 @@ register_calibrator("SimCalib_h", SimCalib, "SimCalib without the relative degre
 register_calibrator("SimCalib_r", SimCalib, "SimCalib without the homophily term", homophily=False)
 register_calibrator("SimCalib_n", SimCalib, "SimCalib without homophily nor relative degree",
                     homophily=False, relative_degree=False)
+# The mixing weight as a fixed parameter (paper Table 4; t still chosen from its grid on labelled nodes).
+for _w in (0.5, 0.6, 0.8, 0.9):
+    register_calibrator(f"SimCalib_w{_w:g}", SimCalib, f"SimCalib with the mixing weight fixed at w = {_w:g}", w=_w)
 
 __all__ = [
     "CALIBRATORS", "ETS", "GATS", "HIDDEN_LABEL", "TS", "VS", "CaGCN", "CalibrationGraph", "Calibrator",
