@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from simcalib.commands.common import add_data_options, count_or_list, csv_list
+from simcalib.commands.common import add_data_options, count_or_list, csv_list, protocol_settings
 
 SUMMARY_METRICS = ["ece", "ace", "mce", "classwise_ece", "kde_ece", "nll", "brier", "accuracy"]
 
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.backbones import backbone_name
     from simcalib.calibrators import canonical_calibrator
     from simcalib.data import get_spec
-    from simcalib.protocol import BenchmarkRequest, ProtocolSettings, run_benchmark, summarize
+    from simcalib.protocol import BenchmarkRequest, run_benchmark, summarize
 
     if args.workers < 1:
         print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
@@ -61,10 +61,7 @@ def run(args: argparse.Namespace) -> int:
     dataset, backbone = get_spec(args.dataset).name, backbone_name(args.backbone)
     calibrators = [canonical_calibrator(c) for c in args.calibrators]  # validate names before any work
     fold_rate = 0.05 if args.label_rate is None else args.label_rate / 3
-    overrides = (("max_epochs", args.max_epochs),) if args.max_epochs else ()
-    settings = ProtocolSettings(study_seed=args.seed, fold_rate=fold_rate, data_root=args.data_root,
-                                mirror=args.data_mirror, splits_dir=args.splits_dir, cache_dir=args.cache_dir,
-                                device=args.device, backbone_overrides=overrides)
+    settings = protocol_settings(args, fold_rate)
     out = Path(args.out or f"results/{dataset}_{backbone}")
     request = BenchmarkRequest(dataset, backbone, calibrators, args.splits, args.inits, args.folds)
     progress = None if args.no_progress else (lambda runs: tqdm(runs, desc=f"{dataset}-{backbone}", unit="run"))

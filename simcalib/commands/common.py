@@ -23,3 +23,14 @@ def count_or_list(value: str) -> list[int]:
 def add_data_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-root", help="torch_geometric data root (default: $SIMCALIB_DATA_ROOT or ./data)")
     parser.add_argument("--data-mirror", help="offline mirror in torch_geometric's raw layout (default: $SIMCALIB_DATA_MIRROR)")
+
+
+def protocol_settings(args: argparse.Namespace, fold_rate: float = 0.05):
+    """The :class:`~simcalib.protocol.ProtocolSettings` of a command's protocol options (seed, data, splits,
+    cache, device, ``--max-epochs``)."""
+    from simcalib.protocol import ProtocolSettings
+
+    overrides = (("max_epochs", args.max_epochs),) if args.max_epochs else ()
+    return ProtocolSettings(study_seed=args.seed, fold_rate=fold_rate, data_root=args.data_root,
+                            mirror=args.data_mirror, splits_dir=args.splits_dir, cache_dir=args.cache_dir,
+                            device=args.device, backbone_overrides=overrides)

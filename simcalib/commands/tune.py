@@ -14,7 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
-from simcalib.commands.common import add_data_options, count_or_list
+from simcalib.commands.common import add_data_options, count_or_list, protocol_settings
 
 
 def register(sub) -> None:
@@ -89,17 +89,13 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.backbones import backbone_name
     from simcalib.calibrators import canonical_calibrator
     from simcalib.data import get_spec
-    from simcalib.protocol import ProtocolSettings
     from simcalib.tuning import ObjectiveSettings, study_name
 
     if args.threads:
         torch.set_num_threads(args.threads)
     dataset, backbone = get_spec(args.dataset).name, backbone_name(args.backbone)
     calibrator = canonical_calibrator(args.calibrator)
-    overrides = (("max_epochs", args.max_epochs),) if args.max_epochs else ()
-    settings = ProtocolSettings(study_seed=args.seed, data_root=args.data_root, mirror=args.data_mirror,
-                                splits_dir=args.splits_dir, cache_dir=args.cache_dir, device=args.device,
-                                backbone_overrides=overrides)
+    settings = protocol_settings(args)
     request = SearchRequest(
         dataset, backbone, calibrator, trials=args.trials, splits=args.splits, inits=args.inits, folds=args.folds,
         space=args.space, spaces_file=args.spaces, sampler=args.sampler,
