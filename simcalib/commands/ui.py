@@ -67,6 +67,9 @@ def run_ui(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, terminate)
+    # Ctrl-C must stop us even when we were started from a background job (`cmd &` in a script), which
+    # inherits SIGINT as ignored; the children, started after this, then get the default disposition too.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     status = 0
     try:
         for service in services:
