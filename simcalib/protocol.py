@@ -231,11 +231,19 @@ def _run_calibrators(run: Run, settings: ProtocolSettings, calibrators: Sequence
     return [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir) for c in calibrators]
 
 
-def _worker_init(threads: int, warning_filters: list) -> None:
+def _worker_init(threads: int, warning_filters: list, parent_pid: int) -> None:
+    import threading
     import warnings
 
     torch.set_num_threads(threads)
     warnings.filters[:] = warning_filters  # the caller's filters (spawned processes start with the defaults)
+
+    def exit_with_parent() -> None:  # a killed parent would otherwise leave idle workers behind for good
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=exit_with_parent, daemon=True).start()
 
 
 def _run_in_processes(jobs, settings, options, predictions_dir, results_path: Path, workers: int, progress) -> None:
@@ -251,19 +259,23 @@ def _run_in_processes(jobs, settings, options, predictions_dir, results_path: Pa
     if bar is not None and hasattr(bar, "update"):
         bar.update(len(jobs) - len(pending))  # runs already in results.csv
     context = multiprocessing.get_context("spawn")  # torch and fork do not mix safely
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
-                             initargs=(1, list(warnings.filters))) as pool:
-        futures = {pool.submit(_run_calibrators, run, settings, todo, options, predictions_dir): run
-                   for run, todo in pending}
-        try:
-            for future in as_completed(futures):
-                append_rows(results_path, future.result())
-                if bar is not None and hasattr(bar, "update"):
-                    bar.update(1)
-        except BaseException:
-            for future in futures:  # keep what finished; do not start the rest
-                future.cancel()
-            raise
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
+                               initargs=(1, list(warnings.filters), os.getpid()))
+    try:
+        futures = [pool.submit(_run_calibrators, run, settings, todo, options, predictions_dir) for run, todo in pending]
+        for future in as_completed(futures):
+            append_rows(results_path, future.result())
+            if bar is not None and hasattr(bar, "update"):
+                bar.update(1)
+    except BaseException:
+        # Interrupted or a run failed: what finished is already in results.csv; stop the runs in flight now
+        # instead of waiting for them, and start no other.
+        processes = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        raise
+    pool.shutdown()
     if bar is not None and hasattr(bar, "close"):
         bar.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -65,12 +66,18 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"results/{dataset}_{backbone}")
     request = BenchmarkRequest(dataset, backbone, calibrators, args.splits, args.inits, args.folds)
     progress = None if args.no_progress else (lambda runs: tqdm(runs, desc=f"{dataset}-{backbone}", unit="run"))
+    def terminate(signum, frame):  # SIGTERM (a scheduler, `timeout`, `kill`) stops like Ctrl-C
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminate)
     try:
         results = run_benchmark(request, settings, out, save_predictions=args.save_predictions, progress=progress,
                                 workers=args.workers)
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished runs are kept in {out / 'results.csv'}; the same command resumes", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print_summary(summarize(results))
     print(f"\n{len(results)} rows in {out / 'results.csv'}")
     return 0
