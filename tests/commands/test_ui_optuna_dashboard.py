@@ -6,37 +6,18 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from process_helpers import read_until
 
+from flows.services import free_port
 from flows.tuning import SearchRequest, run_search
 
 pytestmark = pytest.mark.slow
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SPACES = "TS:\n  default:\n    params:\n      lr: {low: 0.01, high: 0.1, log: true}\n    fixed: {max_epochs: 40, patience: 10}\n"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_line(process: subprocess.Popen, text: str, timeout: float) -> list[str]:
-    lines, deadline = [], time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line and process.poll() is not None:
-            break
-        lines.append(line)
-        if text in line:
-            return lines
-    raise AssertionError(f"`simcalib ui` did not print {text!r} in {timeout} s; output: {''.join(lines)}")
 
 
 def test_optuna_dashboard_shows_the_study(tiny_protocol, tmp_path, chromium, artifacts_dir):
@@ -53,7 +34,7 @@ def test_optuna_dashboard_shows_the_study(tiny_protocol, tmp_path, chromium, art
     process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     try:
-        wait_for_line(process, "ready", timeout=120)
+        read_until(process, "ready", timeout=120)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=30) as response:
             studies = {s["study_name"]: s["study_id"] for s in json.load(response)["study_summaries"]}
         assert "Cora_GCN_TS" in studies

@@ -8,29 +8,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from contextlib import contextmanager
 
 import pytest
 from mlflow.tracking import MlflowClient
+from process_helpers import read_until
 from study_helpers import PROJECT_ROOT
 
 from flows.services import free_port, port_in_use
 
 SERVICES = ("mlflow", "optuna", "prefect")
-
-
-def read_until(process: subprocess.Popen, text: str, timeout: float) -> str:
-    lines, deadline = [], time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line and process.poll() is not None:
-            break
-        lines.append(line)
-        if text in line:
-            return "".join(lines)
-    raise AssertionError(f"`simcalib ui` did not print {text!r} within {timeout} s:\n{''.join(lines)}")
 
 
 @contextmanager
