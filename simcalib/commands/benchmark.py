@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
-from simcalib.commands.common import add_data_options, count_or_list, csv_list, protocol_settings
+from simcalib.commands.common import (
+    add_data_options,
+    count_or_list,
+    csv_list,
+    protocol_settings,
+    sigterm_as_interrupt,
+)
 
 SUMMARY_METRICS = ["ece", "ace", "mce", "classwise_ece", "kde_ece", "nll", "brier", "accuracy"]
 
@@ -49,14 +54,13 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.backbones import backbone_name
     from simcalib.calibrators import canonical_calibrator
     from simcalib.data import get_spec
+    from simcalib.errors import ConfigError
     from simcalib.protocol import BenchmarkRequest, run_benchmark, summarize
 
     if args.workers < 1:
-        print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
-        return 2
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if args.workers > 1 and args.threads not in (None, 1):
-        print("error: --workers runs each process with one torch thread; drop --threads or set it to 1", file=sys.stderr)
-        return 2
+        raise ConfigError("--workers runs each process with one torch thread; drop --threads or set it to 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     dataset, backbone = get_spec(args.dataset).name, backbone_name(args.backbone)
@@ -66,18 +70,13 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"results/{dataset}_{backbone}")
     request = BenchmarkRequest(dataset, backbone, calibrators, args.splits, args.inits, args.folds)
     progress = None if args.no_progress else (lambda runs: tqdm(runs, desc=f"{dataset}-{backbone}", unit="run"))
-    def terminate(signum, frame):  # SIGTERM (a scheduler, `timeout`, `kill`) stops like Ctrl-C
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, terminate)
     try:
-        results = run_benchmark(request, settings, out, save_predictions=args.save_predictions, progress=progress,
-                                workers=args.workers)
+        with sigterm_as_interrupt():
+            results = run_benchmark(request, settings, out, save_predictions=args.save_predictions, progress=progress,
+                                    workers=args.workers)
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished runs are kept in {out / 'results.csv'}; the same command resumes", file=sys.stderr)
         return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     print_summary(summarize(results))
     print(f"\n{len(results)} rows in {out / 'results.csv'}")
     return 0

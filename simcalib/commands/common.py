@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 
 
 def csv_list(value: str) -> list[str]:
@@ -34,3 +36,18 @@ def protocol_settings(args: argparse.Namespace, fold_rate: float = 0.05):
     return ProtocolSettings(study_seed=args.seed, fold_rate=fold_rate, data_root=args.data_root,
                             mirror=args.data_mirror, splits_dir=args.splits_dir, cache_dir=args.cache_dir,
                             device=args.device, backbone_overrides=overrides)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Inside the block SIGTERM (a scheduler, `timeout`, `kill`) raises KeyboardInterrupt, so a command stops
+    as on Ctrl-C, keeping what it finished; the previous handler is back afterwards."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import signal
 import sys
 from pathlib import Path
 
-from simcalib.commands.common import add_data_options, count_or_list, protocol_settings
+from simcalib.commands.common import add_data_options, count_or_list, protocol_settings, sigterm_as_interrupt
 
 
 def register(sub) -> None:
@@ -106,18 +105,13 @@ def run(args: argparse.Namespace) -> int:
     name = args.study_name or study_name(dataset, backbone, calibrator, args.space)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     optuna.logging.set_verbosity(optuna.logging.INFO)
-    def terminate(signum, frame):  # SIGTERM (a scheduler, `timeout`, `kill`) stops like Ctrl-C
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, terminate)
     try:
-        result = run_search(request, settings)
+        with sigterm_as_interrupt():
+            result = run_search(request, settings)
     except KeyboardInterrupt:  # Optuna has marked the running trial FAIL; finished ones are stored
         print(f"\ninterrupted: finished trials are stored in study {name}; the same command continues it",
               file=sys.stderr)
         return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     print(f"\nstudy {result.study_name} ({result.storage}): {result.finished} finished trials "
           f"({result.complete} complete, {result.pruned} pruned; {result.failed} failed), {result.new_trials} new")
     if result.best_value is None:

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from simcalib.commands.common import sigterm_as_interrupt
+
 SERVICES = ("mlflow", "optuna", "prefect")
 
 
@@ -63,36 +65,32 @@ def run_ui(args: argparse.Namespace) -> int:
                           "ports (--mlflow-port, --optuna-port, --prefect-port)")
     services = [wanted[name]() for name in SERVICES if name in args.only]
 
-    def terminate(signum, frame):  # SIGTERM behaves like Ctrl-C
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, terminate)
     # Ctrl-C must stop us even when we were started from a background job (`cmd &` in a script), which
     # inherits SIGINT as ignored; the children, started after this, then get the default disposition too.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     status = 0
-    try:
-        for service in services:
-            service.start()
-        for service in services:
-            service.wait_healthy()
-            print(f"{service.name:<17} {service.url}   (log: {service.log_path})", flush=True)
-        print("ready; press Ctrl-C to stop", flush=True)
-        while all(service.running() for service in services):
-            time.sleep(1.0)
-        stopped = [s for s in services if not s.running()]
-        print(f"{', '.join(s.name for s in stopped)} stopped by itself; see {stopped[0].log_path}", file=sys.stderr)
-        status = 1
-    except KeyboardInterrupt:
-        print("\nstopping ...", flush=True)
-    except (RuntimeError, TimeoutError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        status = 1
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the shutdown short
-        for service in reversed(services):
-            service.stop()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, previous)
+    with sigterm_as_interrupt():  # SIGTERM behaves like Ctrl-C
+        try:
+            for service in services:
+                service.start()
+            for service in services:
+                service.wait_healthy()
+                print(f"{service.name:<17} {service.url}   (log: {service.log_path})", flush=True)
+            print("ready; press Ctrl-C to stop", flush=True)
+            while all(service.running() for service in services):
+                time.sleep(1.0)
+            stopped = [s for s in services if not s.running()]
+            print(f"{', '.join(s.name for s in stopped)} stopped by itself; see {stopped[0].log_path}", file=sys.stderr)
+            status = 1
+        except KeyboardInterrupt:
+            print("\nstopping ...", flush=True)
+        except (RuntimeError, TimeoutError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            status = 1
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the shutdown short
+            for service in reversed(services):
+                service.stop()
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     print("stopped", flush=True)
     return status
