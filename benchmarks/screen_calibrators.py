@@ -16,28 +16,13 @@ import argparse
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 import yaml
 
 from simcalib.metrics import ece, nll
 from simcalib.protocol import ProtocolSettings, make_runs
-from simcalib.seeding import derive_seed
-from simcalib.tuning.objective import CalibrationObjective, hide_labels, inner_parts
-
-
-def crossfit_probs(objective: CalibrationObjective, run, options: dict) -> tuple[np.ndarray, np.ndarray]:
-    graph = objective.graph(run)
-    base_seed = derive_seed(run.seed(objective.settings), objective.calibrator, "tuning")
-    cal, labels = graph.cal_idx.cpu().numpy(), graph.labels.cpu().numpy()
-    parts = inner_parts(labels, cal, 2, derive_seed(base_seed, "parts"))
-    pieces = []
-    for k, part in enumerate(parts):
-        view = hide_labels(graph, torch.from_numpy(np.setdiff1d(cal, part)))
-        probs = objective._fit_predict(view, options, derive_seed(base_seed, "part", k), run)
-        pieces.append(probs[torch.from_numpy(part)].double().cpu().numpy())
-    return np.concatenate(pieces), labels[np.concatenate(parts)]
+from simcalib.tuning.objective import CalibrationObjective
 
 
 def main() -> None:
@@ -70,7 +55,7 @@ def main() -> None:
                 if (name, run.tag()) in seen:
                     continue
                 start = time.perf_counter()
-                probs, labels = crossfit_probs(objective, run, dict(spec.get("options") or {}))
+                probs, labels = objective.scored_predictions(run, dict(spec.get("options") or {}))
                 row = {"candidate": name, "run": run.tag(), "dataset": dataset, "backbone": backbone,
                        "ece": 100 * ece(probs, labels), "nll": nll(probs, labels),
                        "seconds": time.perf_counter() - start}

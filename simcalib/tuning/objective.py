@@ -135,8 +135,9 @@ class CalibrationObjective:
         model = build_calibrator(self.calibrator, graph.num_classes, run.dataset, run.backbone, **options)
         return model.fit(graph).predict_proba(graph)  # [N, K]
 
-    def run_value(self, run: Run, options: dict) -> float:
-        """The objective of ``options`` on one run (lower is better)."""
+    def scored_predictions(self, run: Run, options: dict) -> tuple[np.ndarray, np.ndarray]:
+        """(probabilities [n, K] float64, labels [n]) of the calibration-fold nodes that score ``options`` on
+        ``run``: out-of-part predictions (``crossfit``) or the fold fitted on itself (``insample``)."""
         graph = self.graph(run)
         base_seed = derive_seed(run.seed(self.settings), self.calibrator, "tuning")
         cal = graph.cal_idx.cpu().numpy()
@@ -153,7 +154,11 @@ class CalibrationObjective:
                 view = hide_labels(graph, fit_idx)
                 pieces.append(self._fit_predict(view, options, derive_seed(base_seed, "part", k), run)[torch.from_numpy(part).to(graph.device)])
             probs = torch.cat(pieces)
-        value = METRICS[self.objective.metric](probs.double().cpu().numpy(), labels[scored])
+        return probs.double().cpu().numpy(), labels[scored]
+
+    def run_value(self, run: Run, options: dict) -> float:
+        """The objective of ``options`` on one run (lower is better)."""
+        value = METRICS[self.objective.metric](*self.scored_predictions(run, options))
         if not np.isfinite(value):
             raise ConfigError(f"{run.tag()}: the {self.objective.metric} of {self.calibrator} with {options} is not finite")
         return float(value)
