@@ -9,6 +9,7 @@ restart skips it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -246,38 +247,47 @@ def _worker_init(threads: int, warning_filters: list, parent_pid: int) -> None:
     threading.Thread(target=exit_with_parent, daemon=True).start()
 
 
-def _run_in_processes(jobs, settings, options, predictions_dir, results_path: Path, workers: int, progress) -> None:
-    """Runs in ``workers`` processes with one torch thread each (the layout that is fastest for small graphs
-    on few cores, and the same numbers as ``--threads 1``: the thread count is part of the backbone's
-    identity). The parent alone writes ``results.csv``, each run's rows as soon as that run finishes."""
+class _Counted:
+    """An iterable with a known length, so that a progress wrapper (tqdm) shows the total."""
+
+    def __init__(self, items: Iterable, length: int):
+        self.items, self.length = items, length
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return self.length
+
+
+def _rows_in_processes(jobs, settings, options, predictions_dir, workers: int):
+    """Each job's result rows (``[]`` for a job with nothing to do), the runs computed in ``workers``
+    processes with one torch thread each (the layout that is fastest for small graphs on few cores, and the
+    same numbers as ``--threads 1``: the thread count is part of the backbone's identity), yielded as each
+    run finishes."""
     import multiprocessing
     import warnings
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     pending = [(run, todo) for run, todo in jobs if todo]
-    bar = progress(range(len(jobs))) if progress else None
-    if bar is not None and hasattr(bar, "update"):
-        bar.update(len(jobs) - len(pending))  # runs already in results.csv
+    for _ in range(len(jobs) - len(pending)):
+        yield []
     context = multiprocessing.get_context("spawn")  # torch and fork do not mix safely
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
                                initargs=(1, list(warnings.filters), os.getpid()))
     try:
         futures = [pool.submit(_run_calibrators, run, settings, todo, options, predictions_dir) for run, todo in pending]
         for future in as_completed(futures):
-            append_rows(results_path, future.result())
-            if bar is not None and hasattr(bar, "update"):
-                bar.update(1)
+            yield future.result()
     except BaseException:
-        # Interrupted or a run failed: what finished is already in results.csv; stop the runs in flight now
-        # instead of waiting for them, and start no other.
+        # Interrupted, a run failed or the caller stopped early: what finished is already written; stop the
+        # runs in flight now instead of waiting for them, and start no other.
         processes = list(getattr(pool, "_processes", {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             process.terminate()
         raise
     pool.shutdown()
-    if bar is not None and hasattr(bar, "close"):
-        bar.close()
 
 
 def run_benchmark(
@@ -311,13 +321,14 @@ def run_benchmark(
         todo = [c for c in calibrators
                 if tuple(map(str, (run.dataset, run.backbone, c, run.split, run.init, run.fold, run.seed(settings)))) not in done]
         jobs.append((run, todo))
-    iterator = progress(jobs) if progress else jobs
-    if workers <= 1:
-        for run, todo in iterator:
-            if todo:
-                append_rows(results_path, _run_calibrators(run, settings, todo, request.calibrator_options, predictions_dir))
-    else:
-        _run_in_processes(jobs, settings, request.calibrator_options, predictions_dir, results_path, workers, progress)
+    options = request.calibrator_options
+    rows_per_job = (_rows_in_processes(jobs, settings, options, predictions_dir, workers) if workers > 1 else
+                    (_run_calibrators(run, settings, todo, options, predictions_dir) if todo else []
+                     for run, todo in jobs))
+    with contextlib.closing(rows_per_job):  # an interruption stops the runs in flight
+        counted = _Counted(rows_per_job, len(jobs))
+        for rows in progress(counted) if progress else counted:
+            append_rows(results_path, rows)  # the parent alone writes results.csv, each run as it finishes
     results = read_results(results_path)
     wanted = results["calibrator"].isin(calibrators) & (results["dataset"] == runs[0].dataset) & (results["backbone"] == runs[0].backbone)
     return results[wanted].reset_index(drop=True)
