@@ -70,6 +70,9 @@ register_calibrator("CaGCN", CaGCN)
 register_calibrator("GATS", GATS)
 # SimCalib and its ablations (paper Table 3): presets of one implementation.
 register_calibrator("SimCalib", SimCalib)
+# SimCalib's branches fitted one at a time (the default before issue 10), to compare with the paper's joint fit.
+register_calibrator("SimCalib_separate", SimCalib, "SimCalib with each branch fitted alone, then mixed by w",
+                    training="separate")
 register_calibrator("SimCalib_l", SimCalib, "SimCalib with the backbone's logits instead of s_i in G_feat",
                     feature_input="logits")
 register_calibrator("SimCalib_m", SimCalib, "SimCalib, movement-similarity branch only (w = 0)", w=0.0)

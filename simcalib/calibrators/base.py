@@ -110,6 +110,15 @@ class Calibrator(nn.Module, ABC):
         self.patience = patience
         self.fit_info: dict = {}
 
+    def parameter_groups(self) -> list[dict]:
+        """Adam parameter groups: every trainable parameter with ``weight_decay`` (the GATS code's rule)."""
+        return [{"params": [p for p in self.parameters() if p.requires_grad], "weight_decay": self.weight_decay}]
+
+    def audit(self, graph: CalibrationGraph, nodes: Tensor) -> dict:
+        """Values of the fitted calibrator worth a results column (e.g. SimCalib's chosen w, t and the
+        temperatures on ``nodes``); see :data:`simcalib.protocol.AUDIT_COLUMNS`. Default: none."""
+        return {}
+
     def prepare(self, graph: CalibrationGraph) -> None:
         """Hook: build graph-dependent buffers (distances, prototypes...) before training. Default: nothing."""
 
@@ -120,8 +129,6 @@ class Calibrator(nn.Module, ABC):
     def fit(self, graph: CalibrationGraph, fit_idx: Tensor | None = None, stop_idx: Tensor | None = None) -> Calibrator:
         """Fit on ``fit_idx`` (default: the calibration fold), early-stopping on ``stop_idx`` (default:
         the training folds)."""
-        from simcalib.calibrators.training import fit_nll
-
         if graph.num_classes != self.num_classes:
             raise ConfigError(f"{self.name} was built for {self.num_classes} classes, the graph has {graph.num_classes}")
         fit_idx = graph.cal_idx if fit_idx is None else fit_idx
@@ -132,9 +139,15 @@ class Calibrator(nn.Module, ABC):
         self.to(graph.device)
         self.prepare(graph)
         if any(p.requires_grad for p in self.parameters()):
-            self.fit_info = fit_nll(self, graph, fit_idx, stop_idx)
+            self.fit_info = self.train_parameters(graph, fit_idx, stop_idx)
         self.eval()
         return self
+
+    def train_parameters(self, graph: CalibrationGraph, fit_idx: Tensor, stop_idx: Tensor) -> dict:
+        """Train the parameters under the common rule; returns what ``fit_info`` records."""
+        from simcalib.calibrators.training import fit_nll
+
+        return fit_nll(self, graph, fit_idx, stop_idx)
 
     @torch.no_grad()
     def predict_proba(self, graph: CalibrationGraph) -> Tensor:

@@ -7,6 +7,8 @@ propagation is precomputed: :math:`\hat A (x W) = (\hat A x) W`.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -22,8 +24,25 @@ MIN_TEMPERATURE = 1e-3  # floor on every temperature, as TS: keeps z / T finite
 
 
 def positive_temperature(t: Tensor) -> Tensor:
-    """Clamp a temperature that is positive by construction at :data:`MIN_TEMPERATURE` (no 0 or underflow)."""
+    """Clamp a temperature that is positive by construction at :data:`MIN_TEMPERATURE` (no 0 or underflow).
+
+    Below the floor the gradient is zero: a fit that reaches it stays there. The baselines (TS, CaGCN, GATS)
+    keep this clamp, as the GATS code; SimCalib uses :func:`softplus_temperature`.
+    """
     return t.clamp(min=MIN_TEMPERATURE)
+
+
+def softplus_temperature(raw: Tensor) -> Tensor:
+    r""":math:`T = \mathrm{softplus}(r) + \epsilon`, :math:`\epsilon` = :data:`MIN_TEMPERATURE`: positive and
+    finite for every ``raw``, with a non-zero gradient everywhere (no dead region below a clamp)."""
+    return F.softplus(raw) + MIN_TEMPERATURE
+
+
+def inverse_softplus_temperature(temperature: float) -> float:
+    """The ``raw`` value at which :func:`softplus_temperature` equals ``temperature`` (> MIN_TEMPERATURE)."""
+    if temperature <= MIN_TEMPERATURE:
+        raise ConfigError(f"an initial temperature must exceed {MIN_TEMPERATURE}, got {temperature}")
+    return math.log(math.expm1(temperature - MIN_TEMPERATURE))
 
 
 def edges_with_self_loops(edge_index: Tensor, num_nodes: int, self_loops: bool = True) -> Tensor:
@@ -190,24 +209,87 @@ class TwoLayerGAT(nn.Module):
         return self.conv2(hidden, edge_index_with_loops)  # [N, out]
 
 
-class NodeGNN(nn.Module):
-    """A two-layer GCN or GAT (``kind``) from constant node inputs to one output per node."""
+class GridGCN(nn.Module):
+    r""":class:`TwoLayerGCN` with a leading grid dimension: ``points`` independent GCNs trained side by side.
 
-    def __init__(self, kind: str, in_channels: int, hidden: int = 16, dropout: float = 0.5, heads: int = 1):
+    .. math::
+        H_p = \mathrm{dropout}(\mathrm{ReLU}(\hat A x W_{1,p} + b_{1,p})), \qquad
+        o_p = \hat A H_p W_{2,p} + b_{2,p}, \qquad p = 1..P,
+
+    one dense product for all points in the first layer and one sparse propagation of the [N, P] outputs in
+    the second. Every point starts from the same initialisation and sees the same dropout mask per step
+    (one draw of the current RNG, broadcast over P), so point p follows exactly the trajectory it would
+    follow if it were trained alone from the same seed.
+    """
+
+    def __init__(self, in_channels: int, hidden: int, points: int, dropout: float = 0.5):
         super().__init__()
-        if kind == "gcn":
-            self.net = TwoLayerGCN(in_channels, hidden, 1, dropout)
-        elif kind == "gat":
-            self.net = TwoLayerGAT(in_channels, hidden, 1, dropout, heads)
-        else:
-            raise ConfigError(f"unknown GNN type {kind!r}; choose 'gcn' or 'gat'")
-        self.kind = kind
+        self.dropout, self.points = dropout, points
+        self.weight1 = nn.Parameter(torch.empty(points, in_channels, hidden))  # [P, C, h]
+        self.bias1 = nn.Parameter(torch.zeros(points, hidden))  # [P, h]
+        self.weight2 = nn.Parameter(torch.empty(points, hidden, 1))  # [P, h, 1]
+        self.bias2 = nn.Parameter(torch.zeros(points, 1))  # [P, 1]
+        self.reset_parameters()
 
-    def prepare(self, x: Tensor, edge_index: Tensor, num_nodes: int) -> tuple:
-        """Constant inputs of :meth:`forward` for node inputs ``x`` [N, C] on ``edge_index``."""
-        if self.kind == "gcn":
-            return TwoLayerGCN.propagate_inputs(x, edge_index, num_nodes)
+    def reset_parameters(self) -> None:
+        with torch.no_grad():  # one draw, copied to every point: the same start whatever P is
+            self.weight1.copy_(glorot_(torch.empty(self.weight1.shape[1:])).expand_as(self.weight1))
+            self.weight2.copy_(glorot_(torch.empty(self.weight2.shape[1:])).expand_as(self.weight2))
+        nn.init.zeros_(self.bias1)
+        nn.init.zeros_(self.bias2)
+
+    def output_bias(self) -> Tensor:
+        return self.bias2  # [P, 1]
+
+    @staticmethod
+    def prepare(x: Tensor, edge_index: Tensor, num_nodes: int) -> tuple[Tensor, SparseOperand]:
+        return TwoLayerGCN.propagate_inputs(x, edge_index, num_nodes)
+
+    def forward(self, prepared: tuple[Tensor, SparseOperand]) -> Tensor:
+        propagated_x, adj = prepared  # [N, C], Â
+        hidden = F.relu(torch.matmul(propagated_x, self.weight1) + self.bias1[:, None, :])  # [P, N, h]
+        if self.training and self.dropout > 0:
+            keep = torch.rand(hidden.shape[1:], device=hidden.device) >= self.dropout  # [N, h], shared by points
+            hidden = hidden * keep * (1.0 / (1.0 - self.dropout))
+        per_point = torch.matmul(hidden, self.weight2).squeeze(-1)  # [P, N]
+        return (adj.matmul(per_point.T) + self.bias2.T).T.unsqueeze(-1)  # [P, N, 1]
+
+
+class GridGAT(nn.Module):
+    """``points`` copies of :class:`TwoLayerGAT` from one initialisation, evaluated one after another
+    (GATConv has no batch dimension): [P, N, 1]. Their dropout draws follow each other in the RNG stream."""
+
+    def __init__(self, in_channels: int, hidden: int, points: int, dropout: float = 0.5, heads: int = 1):
+        super().__init__()
+        self.points = points
+        self.nets = nn.ModuleList(TwoLayerGAT(in_channels, hidden, 1, dropout, heads) for _ in range(points))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.nets[0].reset_parameters()
+        for net in self.nets[1:]:
+            net.load_state_dict(self.nets[0].state_dict())
+
+    def output_bias(self) -> Tensor:
+        return torch.stack([net.output_bias() for net in self.nets])  # [P, 1]
+
+    def set_output_bias(self, value: float) -> None:
+        with torch.no_grad():
+            for net in self.nets:
+                net.output_bias().fill_(value)
+
+    @staticmethod
+    def prepare(x: Tensor, edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
         return x, edges_with_self_loops(edge_index, num_nodes).to(x.device)
 
-    def forward(self, prepared: tuple) -> Tensor:
-        return self.net(*prepared)  # [N, 1]
+    def forward(self, prepared: tuple[Tensor, Tensor]) -> Tensor:
+        return torch.stack([net(*prepared) for net in self.nets])  # [P, N, 1]
+
+
+def grid_gnn(kind: str, in_channels: int, hidden: int, points: int, dropout: float = 0.5, heads: int = 1) -> nn.Module:
+    """A two-layer GCN or GAT (``kind``) with a leading grid dimension of ``points``."""
+    if kind == "gcn":
+        return GridGCN(in_channels, hidden, points, dropout)
+    if kind == "gat":
+        return GridGAT(in_channels, hidden, points, dropout, heads)
+    raise ConfigError(f"unknown GNN type {kind!r}; choose 'gcn' or 'gat'")

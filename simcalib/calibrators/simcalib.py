@@ -11,6 +11,16 @@ r"""SimCalib: similarity-aware GNN calibration (paper Methods; PROTOCOL section 
 * w and t: the paper's grid, w in {0.6, 0.8, 0.9} x t in {0.3, 0.5, 1.0}, each point fitted with the common
   training rule and the best chosen on labelled nodes only (never test nodes); fixed ``w``/``t`` skip it.
 
+Training (the paper's objective): the mixture :math:`\hat p_i` itself minimises the NLL of the calibration fold,
+early-stopped on the training folds' NLL. The 9 grid points are one model with a leading grid dimension P
+(every parameter is [P, ...]): one forward pass per epoch computes all of them, each point keeps its own
+early stopping and checkpoint (:func:`simcalib.calibrators.training.fit_nll_grid`), and a point's numbers are
+those it would have if it were fitted alone from the same seed (same start, same dropout stream).
+
+Temperatures are positive by :func:`~simcalib.calibrators.layers.softplus_temperature` (softplus + 1e-3),
+which has a gradient everywhere: a clamp at 1e-3 (as TS and GATS have) makes every fit that touches it stop
+moving, which is what made the earlier joint fits look degenerate.
+
 Both terms keep the order of z (T > 0), so their mixture keeps the argmax: accuracy-preserving.
 
 Where the paper is silent (PROTOCOL **choice**), a named option with this default:
@@ -30,10 +40,12 @@ option                 default         meaning
 ``homophily_logits``   ``"raw"``       z in the homophily term: ``raw``, ``unit`` (L2) or ``minmax``
 ``message_logits``     ``"raw"``       z sorted in the messages (the paper's z~): ``raw``, ``unit``, ``minmax``
 ``self_loops``         ``True``        j = i is in N(i) (isolated nodes then still get a message)
-``training``           ``"separate"``  each branch fitted alone on its own NLL (the feature branch once, the
-                                       movement branch once per t), then mixed by w; ``"joint"`` fits the
-                                       mixture's NLL, which drives one branch to near one-hot outputs and the
-                                       other flat (measured: T_feat ~ 0.001-0.2 with T_move ~ 1 on Cora GCN)
+``training``           ``"joint"``     the mixture's NLL (the paper's objective); ``"separate"``: each branch
+                                       fitted alone on its own NLL with its own early stopping, then mixed by
+                                       w (registered as ``SimCalib_separate``; the default until issue 10)
+``decay``              ``"weights"``   weight decay on weight matrices only (G_feat's and the movement W);
+                                       ``"all"``: on every parameter, biases and temperatures' offsets too
+                                       (which pulls T_feat's output bias towards softplus(0))
 ``grid_criterion``     ``"stop_nll"``  grid selection: NLL on the early-stopping nodes (training folds); or
                                        ``fit_nll``, ``stop_ece``, ``fit_ece`` (fit = calibration fold)
 =====================  ==============  =====================================================================
@@ -44,22 +56,23 @@ fold wants never leaves its initialisation):
 
 * ``init_temperature`` (1.0): G_feat's output bias starts at softplus^-1(1), so T_feat starts near 1 (the
   uncalibrated model) like TS does; with a zero bias it starts at softplus(0) = 0.69 and stays there.
-* ``movement_bias`` (1.0): a learnable bias added to T_move after the head mean, initialised to 1, as in
-  GATS (whose layer the movement branch generalises); ``None`` gives the paper's equation exactly.
+* ``movement_bias`` (1.0): a learnable positive offset softplus(b) added to T_move after the head mean,
+  initialised to 1, as GATS's bias (whose layer the movement branch generalises); ``None`` gives the paper's
+  equation exactly.
 
 Further options: ``w``, ``t`` (fixed values instead of the grid), ``w_grid``, ``t_grid``, ``heads``
 (movement heads, 2), ``feat_gnn`` (``"gcn"``/``"gat"``), ``feat_hidden`` (16), ``feat_dropout`` (0.5),
 ``feat_heads`` (GAT heads, 1), ``feature_input`` (``"mahalanobis"``; ``"logits"`` is ablation l),
 ``homophily`` / ``relative_degree`` (ablations r, h, n), ``confidence_term`` (False: GATS's
 neighbour-confidence term in T_move), ``sort_similarity`` (False: sort s_i, nearest prototype first),
-``negative_slope`` (0.2), and the common ``lr`` (0.01), ``weight_decay`` (0.05, see
+``negative_slope`` (0.2), and the common ``lr`` (0.01), ``weight_decay`` (see
 :mod:`simcalib.calibrators.defaults`), ``max_epochs``, ``patience``.
 """
+
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,11 +85,13 @@ from simcalib.backbones.models import glorot_
 from simcalib.calibrators.base import CalibrationGraph, Calibrator
 from simcalib.calibrators.defaults import default_weight_decay
 from simcalib.calibrators.layers import (
+    MIN_TEMPERATURE,
     GraphInputsCache,
-    NodeGNN,
     SortedEdges,
     edges_with_self_loops,
-    positive_temperature,
+    grid_gnn,
+    inverse_softplus_temperature,
+    softplus_temperature,
 )
 from simcalib.calibrators.movement import (
     LOGIT_TRANSFORMS,
@@ -87,6 +102,7 @@ from simcalib.calibrators.movement import (
     movement_messages,
     transform_logits,
 )
+from simcalib.calibrators.training import fit_nll_grid
 from simcalib.errors import ConfigError
 from simcalib.metrics import ece as expected_calibration_error
 from simcalib.similarity import DEFAULT_RIDGE, mahalanobis_to_prototypes, normalized_similarity
@@ -95,12 +111,13 @@ PAPER_W_GRID = (0.6, 0.8, 0.9)
 PAPER_T_GRID = (0.3, 0.5, 1.0)
 GRID_CRITERIA = ("stop_nll", "fit_nll", "stop_ece", "fit_ece")
 MIN_ETA = 0.05  # floor of a learned eta
+FEATURE, MOVEMENT = 0, 1  # branch indices of the separate training's units
 
 
 @dataclass
 class SimCalibInputs:
     feature: tuple | None  # prepared inputs of G_feat (None without the feature branch)
-    messages: dict[float, Tensor]  # t -> aggregated movement messages m [N, K]
+    messages: Tensor | None  # [P, N, K] aggregated movement messages of each grid point's t (constant eta)
     confidence_gap: Tensor | None  # [N, 1] (option confidence_term)
     movement_graph: MovementGraph | None  # what eta = "learned" recomputes the messages from
 
@@ -117,7 +134,8 @@ class MovementGraph:
 class SimCalib(GraphInputsCache, Calibrator):
     """SimCalib (Wang et al., AAAI 2024): feature-similarity and movement-similarity temperatures, mixed by w.
 
-    See the module docstring for the equations and the table of options.
+    See the module docstring for the equations and the table of options. Every parameter has a leading
+    grid dimension P = number of (w, t) points; after ``fit`` the chosen point (``self.point``) is used.
     """
 
     name = "SimCalib"
@@ -130,7 +148,8 @@ class SimCalib(GraphInputsCache, Calibrator):
         w_grid: Sequence[float] = PAPER_W_GRID,
         t_grid: Sequence[float] = PAPER_T_GRID,
         grid_criterion: str = "stop_nll",
-        training: str = "separate",
+        training: str = "joint",
+        decay: str = "weights",
         feature_input: str = "mahalanobis",
         prototype_nodes: str = "train",
         covariance_ridge: float = DEFAULT_RIDGE,
@@ -156,10 +175,11 @@ class SimCalib(GraphInputsCache, Calibrator):
     ):
         kwargs.setdefault("weight_decay", default_weight_decay(self.name))
         super().__init__(num_classes, **kwargs)
-        self.w_grid = self._check_grid("w", (w,) if w is not None else tuple(w_grid), 0.0, 1.0)
+        w_grid = self._check_grid("w", (w,) if w is not None else tuple(w_grid), 0.0, 1.0)
         t_values = (t,) if t is not None else tuple(t_grid)
-        self.t_grid = self._check_grid("t", t_values, 0.0, math.inf) if relative_degree else (0.0,)
+        t_grid = self._check_grid("t", t_values, 0.0, math.inf) if relative_degree else (0.0,)
         choices = {"grid_criterion": (grid_criterion, GRID_CRITERIA), "training": (training, ("joint", "separate")),
+                   "decay": (decay, ("weights", "all")),
                    "feature_input": (feature_input, ("mahalanobis", "logits")),
                    "prototype_nodes": (prototype_nodes, ("train", "labelled")), "feat_gnn": (feat_gnn, ("gcn", "gat")),
                    "homophily_logits": (homophily_logits, LOGIT_TRANSFORMS),
@@ -169,7 +189,16 @@ class SimCalib(GraphInputsCache, Calibrator):
                 raise ConfigError(f"SimCalib option {option}={value!r} is not one of: {', '.join(valid)}")
         if heads < 1:
             raise ConfigError(f"SimCalib needs at least one movement head, got heads={heads}")
-        self.grid_criterion, self.training = grid_criterion, training
+        if init_temperature <= 0:
+            raise ConfigError(f"SimCalib init_temperature must be > 0, got {init_temperature}")
+        if movement_bias is not None and movement_bias <= 0:
+            raise ConfigError(f"SimCalib movement_bias must be > 0 (a positive offset) or None, got {movement_bias}")
+        self.w_grid, self.t_grid = w_grid, t_grid
+        # The grid points; t is unused when w = 1 (no movement branch in the mixture).
+        self.points: list[tuple[float, float]] = [(wv, tv) for wv in w_grid for tv in (t_grid if wv < 1 else t_grid[:1])]
+        points = len(self.points)
+        # not self.training: that is nn.Module's train/eval flag
+        self.grid_criterion, self.training_mode, self.decay = grid_criterion, training, decay
         self.feature_input, self.prototype_nodes, self.covariance_ridge = feature_input, prototype_nodes, covariance_ridge
         self.sort_similarity = sort_similarity
         self.homophily, self.relative_degree = homophily, relative_degree
@@ -177,23 +206,23 @@ class SimCalib(GraphInputsCache, Calibrator):
         self.eta_mode, self.eta_offset, self.unreachable_hops = eta, eta_offset, unreachable_hops
         self.self_loops = self_loops
         self.negative_slope = negative_slope
-        if init_temperature <= 0:
-            raise ConfigError(f"SimCalib init_temperature must be > 0, got {init_temperature}")
         self.init_temperature = init_temperature
-        self.w, self.t = self.w_grid[0], self.t_grid[0]  # the point in use; fit() picks it from the grids
+        self.point = 0  # the grid point in use; fit() chooses it
+        self.register_buffer("log_w", torch.tensor([math.log(wv) if wv > 0 else -math.inf for wv, _ in self.points]))
+        self.register_buffer("log_1mw", torch.tensor([math.log1p(-wv) if wv < 1 else -math.inf for wv, _ in self.points]))
 
         # Branches that can never contribute (w fixed at 0 or 1) are not built, so none of the parameters is dead.
-        self.feature_gnn = (NodeGNN(feat_gnn, num_classes, feat_hidden, feat_dropout, feat_heads)
-                            if max(self.w_grid) > 0 else None)
-        self.movement_weight = nn.Parameter(glorot_(torch.empty(num_classes, heads))) if min(self.w_grid) < 1 else None
+        self.feature_gnn = (grid_gnn(feat_gnn, num_classes, feat_hidden, points, feat_dropout, feat_heads)
+                            if max(w_grid) > 0 else None)
+        has_movement = min(w_grid) < 1
+        self.movement_weight = nn.Parameter(torch.empty(points, num_classes, heads)) if has_movement else None  # [P, K, H]
         self.movement_bias_init = movement_bias
         # eta = "learned": GATS's learnable scalings for hop distances 0 and 1 (1 beyond)
-        self.eta_near = (nn.Parameter(torch.ones(2)) if eta == "learned" and self.movement_weight is not None else None)
+        self.eta_near = nn.Parameter(torch.ones(points, 2)) if eta == "learned" and has_movement else None
         self.confidence_term = confidence_term
-        self.confidence_coef = (nn.Parameter(torch.zeros(1))
-                                if confidence_term and self.movement_weight is not None else None)
-        self.movement_bias = (nn.Parameter(torch.full((1,), float(movement_bias)))
-                              if movement_bias is not None and self.movement_weight is not None else None)
+        self.confidence_coef = nn.Parameter(torch.zeros(points, 1)) if confidence_term and has_movement else None
+        self.movement_bias = (nn.Parameter(torch.zeros(points, 1))  # raw: the offset is softplus(raw)
+                              if movement_bias is not None and has_movement else None)
         self.reset_parameters()
 
     @staticmethod
@@ -201,6 +230,14 @@ class SimCalib(GraphInputsCache, Calibrator):
         if not values or any(not (low <= float(v) <= high) for v in values):
             raise ConfigError(f"SimCalib {name} values must lie in [{low}, {high}], got {list(values)}")
         return tuple(float(v) for v in values)
+
+    @property
+    def w(self) -> float:
+        return self.points[self.point][0]
+
+    @property
+    def t(self) -> float:
+        return self.points[self.point][1]
 
     # ---------------------------------------------------------------------------------------------- inputs
     def compute_inputs(self, graph: CalibrationGraph) -> SimCalibInputs:
@@ -216,7 +253,7 @@ class SimCalib(GraphInputsCache, Calibrator):
             if self.sort_similarity:  # class-agnostic: nearest prototype first
                 s = s.sort(dim=1).values
             feature = self.feature_gnn.prepare(s, graph.edge_index, graph.num_nodes)
-        messages, gap, movement_graph = {}, None, None
+        messages, gap, movement_graph = None, None, None
         if self.movement_weight is not None:
             edge_index = edges_with_self_loops(graph.edge_index, graph.num_nodes, self.self_loops).to(graph.device)
             edges = SortedEdges(edge_index, graph.num_nodes)
@@ -226,7 +263,8 @@ class SimCalib(GraphInputsCache, Calibrator):
                                            graph.degree(), graph.hops_to_train())
             if self.eta_near is None:  # no trainable part: the messages are constants, one set per t
                 eta = eta_from_hops(movement_graph.hops, self.eta_offset, self.unreachable_hops)  # [N]
-                messages = {t: self._messages(movement_graph, eta, t) for t in self.t_grid}
+                per_t = {t: self._messages(movement_graph, eta, t) for t in self.t_grid}
+                messages = torch.stack([per_t[t] for _, t in self.points])  # [P, N, K]
             if self.confidence_coef is not None:
                 gap = confidence_gap(graph.logits, edges)
         return SimCalibInputs(feature, messages, gap, movement_graph)
@@ -237,92 +275,133 @@ class SimCalib(GraphInputsCache, Calibrator):
         return movement_messages(g.sorted_logits, alpha, eta, g.degree, g.edges, t)
 
     # --------------------------------------------------------------------------------------------- forward
-    def feature_temperature(self, graph: CalibrationGraph) -> Tensor:
-        """T_feat = softplus(G_feat(s, A)), [N, 1]."""
-        return positive_temperature(F.softplus(self.feature_gnn(self.graph_inputs(graph).feature)))
+    def grid_feature_temperature(self, graph: CalibrationGraph) -> Tensor:
+        """T_feat = softplus(G_feat(s, A)) + 1e-3 of every grid point, [P, N, 1]."""
+        return softplus_temperature(self.feature_gnn(self.graph_inputs(graph).feature))
 
-    def movement_temperature(self, graph: CalibrationGraph) -> Tensor:
-        """T_move = mean over heads of softplus(m_i^T W_h), [N, 1]."""
+    def grid_movement_temperature(self, graph: CalibrationGraph) -> Tensor:
+        """T_move = mean over heads of softplus(m_i^T W_h) (+ softplus(b)) + 1e-3 of every grid point, [P, N, 1]."""
         inputs = self.graph_inputs(graph)
         if self.eta_near is None:
-            messages = inputs.messages[self.t]  # [N, K]
-        else:
+            messages = inputs.messages  # [P, N, K]
+        else:  # learned eta: the messages depend on each point's scalings
             hops = inputs.movement_graph.hops
             ones = torch.ones_like(hops, dtype=self.eta_near.dtype)
-            near = self.eta_near.clamp(min=MIN_ETA)  # stays a positive divisor
-            eta = torch.where(hops == 0, near[0], torch.where(hops == 1, near[1], ones))  # [N]
-            messages = self._messages(inputs.movement_graph, eta, self.t)
-        logit = messages @ self.movement_weight  # [N, H]
+            near = self.eta_near.clamp(min=MIN_ETA)  # [P, 2], stays a positive divisor
+            messages = torch.stack([
+                self._messages(inputs.movement_graph,
+                               torch.where(hops == 0, near[p, 0], torch.where(hops == 1, near[p, 1], ones)), t)
+                for p, (_, t) in enumerate(self.points)])  # [P, N, K]
+        logit = torch.bmm(messages, self.movement_weight)  # [P, N, H]
         if self.confidence_coef is not None:
-            logit = logit + self.confidence_coef * inputs.confidence_gap
-        temperature = F.softplus(logit).mean(dim=1, keepdim=True)  # [N, 1]
+            logit = logit + self.confidence_coef[:, :, None] * inputs.confidence_gap  # [P, 1, 1] * [N, 1]
+        temperature = F.softplus(logit).mean(dim=2, keepdim=True)  # [P, N, 1]
         if self.movement_bias is not None:
-            temperature = temperature + self.movement_bias
-        return positive_temperature(temperature)
+            temperature = temperature + F.softplus(self.movement_bias)[:, :, None]
+        return temperature + MIN_TEMPERATURE  # softplus terms only: positive, gradient everywhere
+
+    def grid_components(self, graph: CalibrationGraph) -> list[Tensor]:
+        """log(weight) + log softmax(z / T) of each mixture component present, each [P, N, K]."""
+        z = graph.logits
+        components = []
+        if self.feature_gnn is not None:
+            components.append(self.log_w[:, None, None] + F.log_softmax(z / self.grid_feature_temperature(graph), dim=2))
+        if self.movement_weight is not None:
+            components.append(self.log_1mw[:, None, None] + F.log_softmax(z / self.grid_movement_temperature(graph), dim=2))
+        return components
+
+    def grid_log_probs(self, graph: CalibrationGraph) -> Tensor:
+        """The mixture's log-probabilities of every grid point, [P, N, K]."""
+        components = self.grid_components(graph)
+        return components[0] if len(components) == 1 else torch.logsumexp(torch.stack(components), dim=0)
 
     def forward(self, graph: CalibrationGraph) -> Tensor:
-        z = graph.logits
-        terms = []  # log of each weighted mixture component, [N, K]
-        if self.w > 0:
-            terms.append(math.log(self.w) + F.log_softmax(z / self.feature_temperature(graph), dim=1))
-        if self.w < 1:
-            terms.append(math.log1p(-self.w) + F.log_softmax(z / self.movement_temperature(graph), dim=1))
-        return torch.logsumexp(torch.stack(terms), dim=0)
+        return self.grid_log_probs(graph)[self.point]  # [N, K]
 
-    # ------------------------------------------------------------------------------------------------- fit
+    def feature_temperature(self, graph: CalibrationGraph) -> Tensor:
+        """T_feat of the chosen point, [N, 1]."""
+        return self.grid_feature_temperature(graph)[self.point]
+
+    def movement_temperature(self, graph: CalibrationGraph) -> Tensor:
+        """T_move of the chosen point, [N, 1]."""
+        return self.grid_movement_temperature(graph)[self.point]
+
+    # ------------------------------------------------------------------------------------------- training
     def reset_parameters(self) -> None:
+        """The same start for every grid point (one draw, copied), whatever the grid's size."""
         if self.feature_gnn is not None:
-            self.feature_gnn.net.reset_parameters()
-            with torch.no_grad():  # softplus(bias) = init_temperature: T_feat starts near it
-                self.feature_gnn.net.output_bias().fill_(math.log(math.expm1(self.init_temperature)))
+            self.feature_gnn.reset_parameters()
+            bias = inverse_softplus_temperature(self.init_temperature)  # T_feat starts at init_temperature
+            if hasattr(self.feature_gnn, "set_output_bias"):
+                self.feature_gnn.set_output_bias(bias)
+            else:
+                with torch.no_grad():
+                    self.feature_gnn.output_bias().fill_(bias)
         if self.movement_weight is not None:
-            glorot_(self.movement_weight)
+            with torch.no_grad():
+                one = glorot_(torch.empty(self.movement_weight.shape[1:]))
+                self.movement_weight.copy_(one.expand_as(self.movement_weight))
         if self.movement_bias is not None:
-            self.movement_bias.data.fill_(self.movement_bias_init)
+            self.movement_bias.data.fill_(math.log(math.expm1(self.movement_bias_init)))
         if self.confidence_coef is not None:
             self.confidence_coef.data.zero_()
         if self.eta_near is not None:
             self.eta_near.data.fill_(1.0)
 
-    def _train_only(self, feature: bool, movement: bool) -> None:
-        if self.feature_gnn is not None:
-            self.feature_gnn.requires_grad_(feature)
-        for parameter in (self.movement_weight, self.movement_bias, self.confidence_coef, self.eta_near):
-            if parameter is not None:
-                parameter.requires_grad_(movement)
+    def parameter_units(self) -> dict[str, tuple[int, int | None]]:
+        """Parameter name -> (branch, point) of its training unit: branch 0 for every parameter when training
+        jointly; point None when the parameter's leading dimension is the grid (GridGAT's nets are one per point)."""
+        units = {}
+        for name, _ in self.named_parameters():
+            branch = 0 if self.training_mode == "joint" else (FEATURE if name.startswith("feature_gnn.") else MOVEMENT)
+            point = int(name.split(".")[2]) if name.startswith("feature_gnn.nets.") else None
+            units[name] = (branch, point)
+        return units
+
+    def parameter_groups(self) -> list[dict]:
+        """Weight decay on the weight matrices only (``decay="weights"``), or on every parameter (``"all"``)."""
+        decayed, free = [], []
+        for name, parameter in self.named_parameters():
+            if not parameter.requires_grad:
+                continue
+            leaf = name.rsplit(".", 1)[-1]
+            is_weight = "weight" in leaf or leaf.startswith("att_")  # G_feat's W, GAT attention vectors, movement W
+            (decayed if is_weight or self.decay == "all" else free).append(parameter)
+        return [{"params": decayed, "weight_decay": self.weight_decay}, {"params": free, "weight_decay": 0.0}]
+
+    def unit_losses(self, graph: CalibrationGraph, nodes: Tensor, labels: Tensor) -> Tensor:
+        """Mean NLL on ``nodes`` of every training unit: [P, 1] jointly (the mixture), [P, 2] separately
+        (feature branch alone, movement branch alone; a branch that is not built gives 0)."""
+        target = labels[nodes]
+        if self.training_mode == "joint":
+            log_probs = self.grid_log_probs(graph)[:, nodes]  # [P, n, K]
+            return self._nll(log_probs, target)[:, None]
+        columns = []
+        for present, temperature in ((self.feature_gnn is not None, self.grid_feature_temperature),
+                                     (self.movement_weight is not None, self.grid_movement_temperature)):
+            if present:
+                log_probs = F.log_softmax(graph.logits[nodes] / temperature(graph)[:, nodes], dim=2)
+                columns.append(self._nll(log_probs, target))
+            else:
+                columns.append(torch.zeros(len(self.points), device=graph.device))
+        return torch.stack(columns, dim=1)
+
+    @staticmethod
+    def _nll(log_probs: Tensor, target: Tensor) -> Tensor:
+        """Mean NLL per grid point: log_probs [P, n, K], target [n] -> [P]."""
+        return -log_probs.gather(2, target.expand(log_probs.shape[0], -1)[:, :, None]).squeeze(2).mean(dim=1)
 
     @torch.no_grad()
-    def grid_score(self, graph: CalibrationGraph, fit_idx: Tensor, stop_idx: Tensor) -> float:
-        """The grid-selection criterion of the current (w, t) on labelled nodes (lower is better)."""
+    def grid_scores(self, graph: CalibrationGraph, fit_idx: Tensor, stop_idx: Tensor) -> list[float]:
+        """The grid-selection criterion of every point on labelled nodes (lower is better)."""
         self.eval()
         nodes = stop_idx if self.grid_criterion.startswith("stop") else fit_idx
-        log_probs = self(graph)[nodes]
+        log_probs = self.grid_log_probs(graph)[:, nodes]  # [P, n, K]
+        target = graph.labels[nodes]
         if self.grid_criterion.endswith("nll"):
-            return F.nll_loss(log_probs, graph.labels[nodes]).item()
-        return expected_calibration_error(log_probs.exp().cpu().numpy(), graph.labels[nodes].cpu().numpy())
-
-    def fit(self, graph: CalibrationGraph, fit_idx: Tensor | None = None, stop_idx: Tensor | None = None) -> SimCalib:
-        """Fit every grid point (w, t) from the same initialisation, keep the best by ``grid_criterion``."""
-        fit_idx = graph.cal_idx if fit_idx is None else fit_idx
-        stop_idx = graph.train_idx if stop_idx is None else stop_idx
-        seed = int(torch.randint(0, 2**31 - 1, ()).item())  # one draw: same global seed, same fit
-        if self.training == "joint":
-            trials = self._fit_joint(graph, fit_idx, stop_idx, seed)
-        else:
-            trials = self._fit_separate(graph, fit_idx, stop_idx, seed)
-        best = min(trials, key=lambda trial: trial["score"])  # first of equals: grid order
-        self.w, self.t = best["w"], best["t"]
-        self.load_state_dict(best.pop("state"))
-        for trial in trials:
-            trial.pop("state", None)
-        self._train_only(True, True)
-        self.eval()
-        self.fit_info = {
-            "w": self.w, "t": self.t if self.relative_degree else None, "grid_criterion": self.grid_criterion,
-            "score": best["score"], "epochs": best.get("epochs"), "best_epoch": best.get("best_epoch"),
-            "grid": trials,
-        }
-        return self
+            return self._nll(log_probs, target).tolist()
+        labels = target.cpu().numpy()
+        return [expected_calibration_error(lp.exp().cpu().numpy(), labels) for lp in log_probs]
 
     @staticmethod
     @contextlib.contextmanager
@@ -332,45 +411,44 @@ class SimCalib(GraphInputsCache, Calibrator):
             torch.manual_seed(seed)
             yield
 
-    def _fit_point(self, graph, fit_idx, stop_idx, seed: int, w: float, t: float) -> dict:
+    def fit(self, graph: CalibrationGraph, fit_idx: Tensor | None = None, stop_idx: Tensor | None = None) -> SimCalib:
+        """Fit every grid point (w, t) at once from one initialisation, keep the best by ``grid_criterion``."""
+        fit_idx = graph.cal_idx if fit_idx is None else fit_idx
+        stop_idx = graph.train_idx if stop_idx is None else stop_idx
+        seed = int(torch.randint(0, 2**31 - 1, ()).item())  # one draw: same global seed, same fit
         with self._seeded(seed, graph.device):
             self.reset_parameters()
-            self.w, self.t = w, t
-            super().fit(graph, fit_idx, stop_idx)
-        return dict(self.fit_info)
+            super().fit(graph, fit_idx, stop_idx)  # checks, prepare(), then train_parameters below
+        units = self.fit_info.pop("units")
+        scores = self.grid_scores(graph, fit_idx, stop_idx)
+        self.point = min(range(len(self.points)), key=lambda p: scores[p])  # first of equals: grid order
+        per_point = len(units) // len(self.points)
+        grid = [{"w": wv, "t": tv, "score": scores[p],
+                 "epochs": [u["epochs"] for u in units[p * per_point:(p + 1) * per_point]],
+                 "best_epoch": [u["best_epoch"] for u in units[p * per_point:(p + 1) * per_point]]}
+                for p, (wv, tv) in enumerate(self.points)]
+        chosen = grid[self.point]
+        self.eval()
+        self.fit_info = {
+            "w": self.w, "t": self.t if self.relative_degree else None, "training": self.training_mode,
+            "grid_criterion": self.grid_criterion, "score": chosen["score"],
+            "epochs": max(chosen["epochs"]), "best_epoch": max(chosen["best_epoch"]), "grid": grid,
+        }
+        return self
 
-    def _fit_joint(self, graph, fit_idx, stop_idx, seed) -> list[dict]:
-        trials = []
-        for w in self.w_grid:
-            for t in self.t_grid if w < 1 else self.t_grid[:1]:  # t is unused when w = 1
-                info = self._fit_point(graph, fit_idx, stop_idx, seed, w, t)
-                trials.append({"w": w, "t": t, "score": self.grid_score(graph, fit_idx, stop_idx),
-                               "epochs": info.get("epochs"), "best_epoch": info.get("best_epoch"),
-                               "state": copy.deepcopy(self.state_dict())})
-        return trials
+    def train_parameters(self, graph: CalibrationGraph, fit_idx: Tensor, stop_idx: Tensor) -> dict:
+        """Called by :meth:`Calibrator.fit`: every grid point's units under the common rule, at once."""
+        return {"units": fit_nll_grid(self, graph, fit_idx, stop_idx)}
 
-    def _fit_separate(self, graph, fit_idx, stop_idx, seed) -> list[dict]:
-        """Each branch trained alone on its own NLL (feature once, movement once per t), then mixed by w."""
-        feature_state, movement_states, infos = None, {}, {}
-        if self.feature_gnn is not None:
-            self._train_only(feature=True, movement=False)
-            infos["feature"] = self._fit_point(graph, fit_idx, stop_idx, seed, 1.0, self.t_grid[0])
-            feature_state = copy.deepcopy(self.feature_gnn.state_dict())
-        if self.movement_weight is not None:
-            self._train_only(feature=False, movement=True)
-            for t in self.t_grid:
-                infos[t] = self._fit_point(graph, fit_idx, stop_idx, seed, 0.0, t)
-                movement_states[t] = {k: v.clone() for k, v in self.state_dict().items() if k.startswith(("movement_", "confidence_", "eta_"))}
-        trials = []
-        for w in self.w_grid:
-            for t in self.t_grid if w < 1 else self.t_grid[:1]:
-                if feature_state is not None:
-                    self.feature_gnn.load_state_dict(feature_state)
-                if self.movement_weight is not None:
-                    self.load_state_dict(movement_states[t], strict=False)
-                self.w, self.t = w, t
-                info = infos.get(t if w < 1 else "feature", {})
-                trials.append({"w": w, "t": t, "score": self.grid_score(graph, fit_idx, stop_idx),
-                               "epochs": info.get("epochs"), "best_epoch": info.get("best_epoch"),
-                               "state": copy.deepcopy(self.state_dict())})
-        return trials
+    # ---------------------------------------------------------------------------------------------- audit
+    @torch.no_grad()
+    def audit(self, graph: CalibrationGraph, nodes: Tensor) -> dict:
+        """The chosen w and t, and mean and std of T_feat and T_move over ``nodes`` (results columns)."""
+        self.eval()
+        row = {"w": self.w, "t": self.t if self.relative_degree else None}
+        for key, present, temperature in (("t_feat", self.feature_gnn is not None, self.feature_temperature),
+                                          ("t_move", self.movement_weight is not None, self.movement_temperature)):
+            values = temperature(graph)[nodes].flatten() if present else None
+            row[f"{key}_mean"] = float(values.mean()) if present else None
+            row[f"{key}_std"] = float(values.std(unbiased=False)) if present else None
+        return row

@@ -18,8 +18,7 @@ from simcalib.errors import TrainingDivergedError
 
 
 def fit_nll(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> dict:
-    params = [p for p in calibrator.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=calibrator.lr, weight_decay=calibrator.weight_decay)
+    optimizer = torch.optim.Adam(calibrator.parameter_groups(), lr=calibrator.lr)
     labels = graph.labels
     best_loss, best_state, best_epoch, waited = float("inf"), None, -1, 0
     epoch = 0
@@ -50,3 +49,71 @@ def fit_nll(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> dict:
         )
     calibrator.load_state_dict(best_state)
     return {"epochs": epoch + 1, "best_epoch": best_epoch, "stop_nll": best_loss}
+
+
+def fit_nll_grid(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> list[dict]:
+    """The same rule for every *unit* of a grid model at once, each unit with its own early stopping.
+
+    The calibrator's parameters carry a leading grid dimension P (one slice per grid point) or belong to
+    one point, and each belongs to one branch b (``calibrator.parameter_units()``: name -> (b, point or
+    None for a leading grid dimension)). A unit is a (point,
+    branch) pair; ``calibrator.unit_losses(graph, nodes)`` gives the mean NLL of every unit, [P, B] (B = 1
+    when the branches are trained together). One Adam step on the sum of the active units' losses moves
+    every unit as if it were trained alone (the loss terms share no parameter and Adam is element-wise);
+    each unit keeps the parameters of its lowest early-stopping NLL (ties: the later) and stops after
+    ``patience`` epochs without a new best. Training ends when every unit has stopped. Returns one dict per
+    unit (row-major over [P, B]): epochs, best_epoch, stop_nll.
+    """
+    units = calibrator.parameter_units()
+    named = {name: p for name, p in calibrator.named_parameters() if p.requires_grad}
+    optimizer = torch.optim.Adam(calibrator.parameter_groups(), lr=calibrator.lr)
+    labels = graph.labels
+    kept = {name: p.detach().clone() for name, p in named.items()}
+    best_loss = best_epoch = waited = stopped_at = None
+    epoch = 0
+    for epoch in range(calibrator.max_epochs):
+        calibrator.train()
+        optimizer.zero_grad()
+        losses = calibrator.unit_losses(graph, fit_idx, labels)  # [P, B]
+        if best_loss is None:
+            best_loss = torch.full(losses.shape, float("inf"))
+            best_epoch = torch.full(losses.shape, -1, dtype=torch.long)
+            waited = torch.zeros(losses.shape, dtype=torch.long)
+            stopped_at = torch.zeros(losses.shape, dtype=torch.long)
+        active = (waited < calibrator.patience).to(losses.device)
+        if not torch.isfinite(losses[active]).all():
+            raise TrainingDivergedError(
+                f"{calibrator.name} diverged at epoch {epoch} (calibration NLL {losses.detach()[active].tolist()}); "
+                f"lower its learning rate (now {calibrator.lr}) or raise its weight decay"
+            )
+        losses[active].sum().backward()  # stopped units get no gradient (their kept state is final anyway)
+        optimizer.step()
+        calibrator.eval()
+        with torch.no_grad():
+            stop = calibrator.unit_losses(graph, stop_idx, labels).cpu()  # [P, B]
+        live = waited < calibrator.patience
+        improved = live & (stop <= best_loss)  # NaN never improves
+        best_loss = torch.where(improved, stop, best_loss)
+        best_epoch = torch.where(improved, torch.full_like(best_epoch, epoch), best_epoch)
+        waited = torch.where(improved, torch.zeros_like(waited), waited + live.long())
+        stopped_at = torch.where(live, torch.full_like(stopped_at, epoch + 1), stopped_at)
+        with torch.no_grad():
+            for name, parameter in named.items():
+                branch, point = units[name]
+                if point is not None:  # the whole parameter is one point's
+                    if improved[point, branch]:
+                        kept[name] = parameter.detach().clone()
+                    continue
+                mask = improved[:, branch].to(parameter.device)  # [P]
+                kept[name] = torch.where(mask.view(-1, *[1] * (parameter.dim() - 1)), parameter, kept[name])
+        if not (waited < calibrator.patience).any():
+            break
+    if best_loss is None or not torch.isfinite(best_loss).all():
+        raise TrainingDivergedError(
+            f"{calibrator.name}: the early-stopping NLL was never finite; check the backbone logits for NaNs"
+        )
+    with torch.no_grad():
+        for name, parameter in named.items():
+            parameter.copy_(kept[name])
+    return [{"epochs": int(stopped_at.flatten()[u]), "best_epoch": int(best_epoch.flatten()[u]),
+             "stop_nll": float(best_loss.flatten()[u])} for u in range(best_loss.numel())]

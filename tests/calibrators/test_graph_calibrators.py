@@ -20,7 +20,7 @@ from simcalib.errors import ConfigError
 from simcalib.seeding import seed_everything
 
 QUICK = {"max_epochs": 40, "patience": 10}  # enough steps to move every parameter, fast
-GRAPH_CALIBRATORS = ["CaGCN", "GATS", "SimCalib", "SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n"]
+GRAPH_CALIBRATORS = ["CaGCN", "GATS", "SimCalib", "SimCalib_separate", "SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n"]
 
 pytestmark = pytest.mark.usefixtures(single_thread.__name__)
 
@@ -193,8 +193,8 @@ def test_ablation_presets_switch_the_right_parts_off():
 
 
 def test_joint_training_fits_every_grid_point_on_the_mixture():
-    model = fitted("SimCalib", tiny_graph(), training="joint")
-    assert len(model.fit_info["grid"]) == 9
+    model = fitted("SimCalib", tiny_graph())
+    assert model.training_mode == "joint" and len(model.fit_info["grid"]) == 9
     assert torch.isfinite(model.predict_proba(tiny_graph())).all()
 
 
@@ -209,9 +209,10 @@ def test_separate_training_fits_the_feature_branch_independently_of_w(training, 
 def test_branches_start_at_the_initial_temperature():
     graph = tiny_graph()
     model = build_calibrator("SimCalib", graph.num_classes, w=0.5, t=0.5, init_temperature=2.0, movement_bias=1.0)
-    assert F.softplus(model.feature_gnn.net.output_bias()).item() == pytest.approx(2.0)
     with torch.no_grad():
-        assert (model.movement_temperature(graph) >= 1.0).all()  # bias 1 + mean of softplus terms
+        assert torch.allclose(model.feature_temperature(graph), torch.full((graph.num_nodes, 1), 2.0), atol=0.5)
+        assert F.softplus(model.feature_gnn.output_bias()).item() + 1e-3 == pytest.approx(2.0)
+        assert (model.movement_temperature(graph) >= 1.0).all()  # offset 1 + mean of softplus terms
 
 
 def test_without_movement_bias_t_move_is_the_papers_equation():
@@ -219,13 +220,70 @@ def test_without_movement_bias_t_move_is_the_papers_equation():
     model = build_calibrator("SimCalib", graph.num_classes, w=0.0, t=0.5, movement_bias=None)
     model.prepare(graph)
     with torch.no_grad():
-        messages = model.graph_inputs(graph).messages[0.5]
-        expected = F.softplus(messages @ model.movement_weight).mean(1, keepdim=True)
-        assert torch.allclose(model.movement_temperature(graph), expected.clamp(min=1e-3))
+        messages = model.graph_inputs(graph).messages[0]  # [N, K] of the only point (t = 0.5)
+        expected = F.softplus(messages @ model.movement_weight[0]).mean(1, keepdim=True)
+        assert torch.allclose(model.movement_temperature(graph), expected + 1e-3)
+
+
+def test_temperatures_below_the_old_floor_still_get_a_gradient_and_move():
+    # A clamp at 1e-3 had a zero gradient below it: a fit that got there never left (issue 10).
+    graph = tiny_graph()
+    seed_everything(0)
+    model = build_calibrator("SimCalib", graph.num_classes, w=1.0, max_epochs=30, patience=30)
+    model.prepare(graph)
+    with torch.no_grad():
+        model.feature_gnn.output_bias().fill_(-20.0)  # softplus(-20) = 2e-9: T_feat at the floor 1e-3
+    model.train()
+    F.nll_loss(model(graph)[graph.cal_idx], graph.labels[graph.cal_idx]).backward()
+    assert model.feature_gnn.output_bias().grad.abs().item() > 0
+    start = model.feature_temperature(graph).mean().item()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.5)
+    for _ in range(30):
+        optimizer.zero_grad()
+        F.nll_loss(model(graph)[graph.cal_idx], graph.labels[graph.cal_idx]).backward()
+        optimizer.step()
+    assert model.feature_temperature(graph).mean().item() > 10 * start
+
+
+@pytest.mark.parametrize("training", ["joint", "separate"])
+def test_the_batched_grid_equals_fitting_each_point_alone(training):
+    graph = tiny_graph()
+    options = {"training": training, "max_epochs": 60, "patience": 15}
+    batched = fitted("SimCalib", graph, seed=4, **options)
+    with torch.no_grad():
+        grid = batched.grid_log_probs(graph)  # [9, N, K]
+    alone_scores = []
+    for p, (w, t) in enumerate(batched.points):
+        alone = fitted("SimCalib", graph, seed=4, w=w, t=t, **options)
+        alone_scores.append(alone.fit_info["score"])
+        with torch.no_grad():
+            assert torch.allclose(alone(graph), grid[p], atol=1e-5), f"point (w={w}, t={t}) differs"
+    assert batched.fit_info["score"] == pytest.approx(min(alone_scores), abs=1e-6)
+    assert [g["score"] for g in batched.fit_info["grid"]] == pytest.approx(alone_scores, abs=1e-6)
+
+
+def test_weight_decay_reaches_weight_matrices_only_by_default():
+    graph = tiny_graph()
+    model = build_calibrator("SimCalib", graph.num_classes, weight_decay=0.05)
+    decayed, free = model.parameter_groups()
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert decayed["weight_decay"] == 0.05 and free["weight_decay"] == 0.0
+    assert {names[id(p)] for p in decayed["params"]} == {"feature_gnn.weight1", "feature_gnn.weight2", "movement_weight"}
+    everything = build_calibrator("SimCalib", graph.num_classes, weight_decay=0.05, decay="all").parameter_groups()
+    assert len(everything[1]["params"]) == 0
+
+
+def test_simcalib_audit_reports_the_chosen_point_and_temperatures():
+    graph = tiny_graph()
+    model = fitted("SimCalib", graph)
+    row = model.audit(graph, graph.cal_idx)
+    assert (row["w"], row["t"]) == (model.fit_info["w"], model.fit_info["t"])
+    assert row["t_feat_mean"] > 0 and row["t_move_mean"] > 0 and row["t_feat_std"] >= 0
+    assert build_calibrator("TS", graph.num_classes).audit(graph, graph.cal_idx) == {}
 
 
 @pytest.mark.parametrize("option,value", [
-    ("grid_criterion", "test_ece"), ("training", "alternating"), ("prototype_nodes", "all"),
+    ("grid_criterion", "test_ece"), ("training", "alternating"), ("decay", "biases"), ("movement_bias", -1.0), ("prototype_nodes", "all"),
     ("homophily_logits", "softmax"), ("feat_gnn", "mlp"), ("w", 1.5), ("t", -1.0), ("heads", 0),
 ])
 def test_invalid_simcalib_options_are_config_errors(option, value):
