@@ -37,7 +37,10 @@ from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
 from simcalib.splits import Split, default_splits_dir, get_split
 
 KEY_COLUMNS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
-RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *METRIC_NAMES, "fit_seconds", "label_rate"]
+# What a fitted calibrator reports of itself (Calibrator.audit): SimCalib's chosen grid point and the mean and
+# std of its two temperatures over the test nodes; empty for the other calibrators.
+AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_std"]
+RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *METRIC_NAMES, "fit_seconds", "label_rate", *AUDIT_COLUMNS]
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ def evaluate_calibrator(
         raise TrainingDivergedError(f"{run.tag()}: {exc}") from None
     fit_seconds = time.perf_counter() - start
     probs = model.predict_proba(cg).cpu()
+    audit = {column: None for column in AUDIT_COLUMNS} | model.audit(cg, torch.from_numpy(test_idx).to(device))
     y_test = load_graph(run.dataset, settings).y[test_idx]
     metrics = compute_metrics(probs[test_idx], y_test)
     if predictions_dir is not None:
@@ -165,7 +169,7 @@ def evaluate_calibrator(
     return {
         "dataset": run.dataset, "backbone": run.backbone, "calibrator": name,
         "split": run.split, "init": run.init, "fold": run.fold, "seed": run.seed(settings),
-        **metrics, "fit_seconds": fit_seconds, "label_rate": settings.label_rate,
+        **metrics, "fit_seconds": fit_seconds, "label_rate": settings.label_rate, **audit,
     }
 
 
@@ -199,10 +203,26 @@ def append_rows(path: Path, rows: Sequence[dict]) -> None:
     frame = frame[[c for c in RESULT_COLUMNS if c in frame.columns] + [c for c in frame.columns if c not in RESULT_COLUMNS]]
     new = not path.is_file() or path.stat().st_size == 0
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not new:
+        header = list(pd.read_csv(path, nrows=0).columns)
+        if header != list(frame.columns):  # e.g. a file written before a column existed: widen it, keep every row
+            _rewrite_with_columns(path, header, list(frame.columns))
+            frame = frame.reindex(columns=list(pd.read_csv(path, nrows=0).columns))
     with open(path, "a", newline="") as fh:
         frame.to_csv(fh, header=new, index=False, float_format="%.10g")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _rewrite_with_columns(path: Path, header: list[str], extra: list[str]) -> None:
+    """Rewrite ``path`` atomically with the union of its columns and ``extra`` (new ones empty)."""
+    columns = header + [c for c in extra if c not in header]
+    if columns == header:
+        return
+    existing = pd.read_csv(path).reindex(columns=columns)
+    tmp = path.with_name(path.name + ".tmp")
+    existing.to_csv(tmp, index=False, float_format="%.10g")
+    tmp.replace(path)
 
 
 def summarize(results: pd.DataFrame, metrics: Sequence[str] = METRIC_NAMES) -> pd.DataFrame:
@@ -335,7 +355,7 @@ def run_benchmark(
 
 
 __all__ = [
-    "KEY_COLUMNS", "RESULT_COLUMNS", "BenchmarkRequest", "ProtocolSettings", "Run", "append_rows", "calibration_graph",
+    "AUDIT_COLUMNS", "KEY_COLUMNS", "RESULT_COLUMNS", "BenchmarkRequest", "ProtocolSettings", "Run", "append_rows", "calibration_graph",
     "evaluate_calibrator", "load_graph", "make_runs", "read_results", "run_benchmark", "run_split", "summarize",
     "train_run_backbone",
 ]

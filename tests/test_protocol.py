@@ -3,10 +3,12 @@ import pytest
 
 from simcalib.errors import ConfigError
 from simcalib.protocol import (
+    AUDIT_COLUMNS,
     RESULT_COLUMNS,
     BenchmarkRequest,
     ProtocolSettings,
     Run,
+    append_rows,
     evaluate_calibrator,
     make_runs,
     run_benchmark,
@@ -85,3 +87,23 @@ def test_invalid_requests_fail_before_any_work(settings, tmp_path):
     with pytest.raises(ConfigError, match="no calibrators"):
         run_benchmark(BenchmarkRequest("cora", "gcn", []), settings, tmp_path)
     assert not (tmp_path / "results.csv").exists()
+
+
+def test_simcalib_rows_carry_the_chosen_grid_point_and_temperatures(settings):
+    row = evaluate_calibrator(Run("Cora", "GCN", 0, 0, 0), settings, "SimCalib", {"max_epochs": 20, "patience": 5})
+    assert row["w"] in (0.6, 0.8, 0.9) and row["t"] in (0.3, 0.5, 1.0)
+    assert row["t_feat_mean"] > 0 and row["t_move_mean"] > 0 and row["t_move_std"] >= 0
+    ts = evaluate_calibrator(Run("Cora", "GCN", 0, 0, 0), settings, "TS")
+    assert all(ts[column] is None for column in AUDIT_COLUMNS)
+
+
+def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_row(tmp_path):
+    path = tmp_path / "results.csv"
+    old_columns = [c for c in RESULT_COLUMNS if c not in AUDIT_COLUMNS]
+    old = pd.DataFrame([{c: 1 for c in old_columns}])
+    old.to_csv(path, index=False)
+    audit = {c: None for c in AUDIT_COLUMNS} | {"w": 0.8, "t": 0.5}  # as evaluate_calibrator writes it
+    append_rows(path, [{**{c: 2 for c in old_columns}, **audit}])
+    both = pd.read_csv(path)
+    assert list(both.columns[:len(RESULT_COLUMNS)]) == RESULT_COLUMNS and len(both) == 2
+    assert both["ece"].tolist() == [1, 2] and pd.isna(both.loc[0, "w"]) and both.loc[1, "w"] == 0.8

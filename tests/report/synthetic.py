@@ -49,4 +49,4 @@ def write_benchmark(folder: Path, dataset: str, backbone: str, calibrators, labe
                             arrays["feature_distance"] = distance
                         np.savez_compressed(pred_dir / f"{dataset}_{backbone}_s{s}_i{i}_f{f}_{c}.npz", **arrays)
     folder.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows)[RESULT_COLUMNS].to_csv(folder / "results.csv", index=False)
+    pd.DataFrame(rows).reindex(columns=RESULT_COLUMNS).to_csv(folder / "results.csv", index=False)
