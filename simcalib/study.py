@@ -329,8 +329,11 @@ def _check_names(study: Study) -> None:
 
 
 def _calibrator_plan(study: Study, path: Path_, name: str, options: Any, resolve, canonical) -> CalibratorPlan:
+    from simcalib.calibrators import CALIBRATORS
+
+    tuned_name = CALIBRATORS[name].tuned_from  # e.g. SimCalib_tuned: the study reads SimCalib's tuned options
     if options is None:
-        return CalibratorPlan(name, key=path)
+        return CalibratorPlan(name, tuned_from=tuned_name, key=path)
     if isinstance(options, dict):
         return CalibratorPlan(name, dict(options), key=path)
     text = options.strip()

@@ -26,17 +26,22 @@ class CalibratorEntry:
     cls: type[Calibrator]
     preset: dict = field(default_factory=dict)  # options fixed by this name
     description: str = ""
+    tuned_from: str | None = None  # read this calibrator's tuned options for the benchmark (study/tuned/)
 
 
 CALIBRATORS: dict[str, CalibratorEntry] = {}
 
 
-def register_calibrator(name: str, cls: type[Calibrator], description: str = "", **preset) -> None:
-    CALIBRATORS[name] = CalibratorEntry(name, cls, dict(preset), description or (cls.__doc__ or "").strip().split("\n")[0])
+def register_calibrator(name: str, cls: type[Calibrator], description: str = "", tuned_from: str | None = None,
+                        **preset) -> None:
+    CALIBRATORS[name] = CalibratorEntry(name, cls, dict(preset), description or (cls.__doc__ or "").strip().split("\n")[0],
+                                        tuned_from)
 
 
-def calibrator_names() -> list[str]:
-    return list(CALIBRATORS)
+def calibrator_names(include_tuned: bool = False) -> list[str]:
+    """Registered names; the ``*_tuned`` ones (which need a tuned file per benchmark) only if asked: `all`
+    in a study or on the command line means the calibrators that run anywhere."""
+    return [name for name, entry in CALIBRATORS.items() if include_tuned or entry.tuned_from is None]
 
 
 def canonical_calibrator(name: str) -> str:
@@ -48,9 +53,16 @@ def build_calibrator(name: str, num_classes: int, dataset: str | None = None, ba
     """Instantiate a registered calibrator with the protocol defaults for (dataset, backbone).
 
     ``options`` override the preset and the default weight decay; unknown options raise a ConfigError
-    naming the calibrator.
+    naming the calibrator. A ``*_tuned`` name adds the tuned options of its base calibrator on (dataset,
+    backbone) from ``study/tuned/`` (``$SIMCALIB_TUNED_DIR``); explicit ``options`` still win.
     """
     entry = CALIBRATORS[canonical_calibrator(name)]
+    if entry.tuned_from is not None:
+        if dataset is None or backbone is None:
+            raise ConfigError(f"{entry.name} reads tuned options per benchmark: give the dataset and backbone")
+        from simcalib.tuned import load_tuned_params
+
+        options = {**load_tuned_params(dataset, backbone, entry.tuned_from), **options}
     # per-benchmark option defaults besides weight decay (e.g. GATS's bias on CoraFull)
     benchmark_defaults = getattr(entry.cls, "benchmark_defaults", None)
     per_benchmark = benchmark_defaults(dataset, backbone) if benchmark_defaults else {}
@@ -80,6 +92,11 @@ register_calibrator("SimCalib_h", SimCalib, "SimCalib without the relative degre
 register_calibrator("SimCalib_r", SimCalib, "SimCalib without the homophily term", homophily=False)
 register_calibrator("SimCalib_n", SimCalib, "SimCalib without homophily nor relative degree",
                     homophily=False, relative_degree=False)
+# The per-benchmark tuned settings (`simcalib tune ... --space paper_coarse`), beside the defaults in one table.
+register_calibrator("SimCalib_tuned", SimCalib, "SimCalib with its tuned options for the benchmark (study/tuned/)",
+                    tuned_from="SimCalib")
+register_calibrator("GATS_tuned", GATS, "GATS with its tuned options for the benchmark (study/tuned/)",
+                    tuned_from="GATS")
 # The mixing weight as a fixed parameter (paper Table 4; t still chosen from its grid on labelled nodes).
 for _w in (0.5, 0.6, 0.8, 0.9):
     register_calibrator(f"SimCalib_w{_w:g}", SimCalib, f"SimCalib with the mixing weight fixed at w = {_w:g}", w=_w)

@@ -26,7 +26,7 @@ def register(sub) -> None:
     bench.add_argument("--dataset", required=True, help=f"one of: {', '.join(dataset_names())}")
     bench.add_argument("--backbone", required=True, help="GCN or GAT")
     bench.add_argument("--calibrators", type=csv_list, default=["uncal", "ts", "vs", "ets"],
-                       help=f"comma list among: {', '.join(calibrator_names())} (default: uncal,ts,vs,ets)")
+                       help=f"comma list among: {', '.join(calibrator_names(include_tuned=True))} (default: uncal,ts,vs,ets)")
     bench.add_argument("--splits", type=count_or_list, default=list(range(5)), help="number of splits (5) or a list like 0,3")
     bench.add_argument("--inits", type=count_or_list, default=list(range(5)), help="number of backbone inits (5) or a list")
     bench.add_argument("--folds", type=count_or_list, default=list(range(3)), help="number of folds (3) or a list")

@@ -22,9 +22,10 @@ import numpy as np
 import pandas as pd
 
 from simcalib.report import figures as figs
+from simcalib.report.grid import grid_choices, grid_choices_grid
 from simcalib.report import stats, theory
 from simcalib.report.paper import PaperTables, load_paper_tables
-from simcalib.report.render import Block, Bullets, Figure, Heading, Paragraph, table_block, write_report
+from simcalib.report.render import Block, Bullets, Figure, Heading, Paragraph, table_block, to_markdown, write_report
 from simcalib.report.results import StudyResults, load_study_results, select_splits
 from simcalib.report.tables import (
     MAIN_METHODS,
@@ -64,6 +65,31 @@ def build_tables(study: StudyResults, paper: PaperTables) -> TableSet:
     results = [build_result_table(rows, spec, paper) for spec in TABLE_SPECS]
     comparisons = {t.spec.key: c for t in results if (c := build_comparison(t, paper)) is not None}
     return TableSet(results, comparisons)
+
+
+def write_grid_choices(study: StudyResults, out_dir: Path) -> list[Path]:
+    """``tables/simcalib_grid_choices.{csv,md}``: SimCalib's chosen (w, t) counts and fitted temperatures."""
+    table = grid_choices(study.main_rows())
+    if table.empty:
+        return []
+    folder = Path(out_dir) / "tables"
+    folder.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = folder / "simcalib_grid_choices.csv", folder / "simcalib_grid_choices.md"
+    table.to_csv(csv_path, index=False, float_format="%.6g")
+    header, body = grid_choices_grid(table)
+    md_path.write_text(to_markdown([table_block(header, body, numeric_from=2)]))
+    return [csv_path, md_path]
+
+
+def grid_choice_blocks(study: StudyResults) -> list[Block]:
+    table = grid_choices(study.main_rows())
+    if table.empty:
+        return []
+    return [Heading(3, "SimCalib's grid choices and fitted temperatures"), Paragraph(
+        "Runs in which each (w, t) point of the grid was chosen (on labelled nodes), and the mean over runs of the "
+        "mean and std over test nodes of T_feat and T_move at the chosen point (a std near 0: that branch acts as "
+        "one temperature). From the results' audit columns; `tables/simcalib_grid_choices.{md,csv}`."),
+        table_block(*grid_choices_grid(table), numeric_from=2)]
 
 
 def write_tables(tables: TableSet, out_dir: Path) -> list[Path]:
@@ -332,7 +358,7 @@ def theory_blocks(result: TheoryResult, out_dir: Path) -> list[Block]:
 def assemble(study: StudyResults, paper: PaperTables, tables: TableSet, sig: Significance, figures: FigureSet,
              theory_result: TheoryResult, out_dir: Path, title: str) -> list[Block]:
     out_dir = Path(out_dir)
-    return [*overview_blocks(study, paper, title), *table_blocks(tables), *significance_blocks(sig),
+    return [*overview_blocks(study, paper, title), *table_blocks(tables), *grid_choice_blocks(study), *significance_blocks(sig),
             *figure_blocks(figures, out_dir), *theory_blocks(theory_result, out_dir)]
 
 
@@ -354,7 +380,7 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike, pap
     out_dir = Path(out_dir)
     study, paper = load_inputs(results_dir, paper_dir, splits)
     tables = build_tables(study, paper)
-    files = write_tables(tables, out_dir)
+    files = write_tables(tables, out_dir) + write_grid_choices(study, out_dir)
     sig = compute_significance(study, tables, paper)
     files += write_significance(sig, out_dir)
     figures = make_figures(study, out_dir)
