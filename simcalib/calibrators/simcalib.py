@@ -275,12 +275,14 @@ class SimCalib(GraphInputsCache, Calibrator):
         return movement_messages(g.sorted_logits, alpha, eta, g.degree, g.edges, t)
 
     # --------------------------------------------------------------------------------------------- forward
-    def grid_feature_temperature(self, graph: CalibrationGraph) -> Tensor:
-        """T_feat = softplus(G_feat(s, A)) + 1e-3 of every grid point, [P, N, 1]."""
-        return softplus_temperature(self.feature_gnn(self.graph_inputs(graph).feature))
+    def grid_feature_temperature(self, graph: CalibrationGraph, nodes: Tensor | None = None) -> Tensor:
+        """T_feat = softplus(G_feat(s, A)) + 1e-3 of every grid point, [P, N, 1] (or [P, n, 1] on ``nodes``)."""
+        raw = self.feature_gnn(self.graph_inputs(graph).feature)  # [P, N, 1]: the GNN needs every node
+        return softplus_temperature(raw if nodes is None else raw[:, nodes])
 
-    def grid_movement_temperature(self, graph: CalibrationGraph) -> Tensor:
-        """T_move = mean over heads of softplus(m_i^T W_h) (+ softplus(b)) + 1e-3 of every grid point, [P, N, 1]."""
+    def grid_movement_temperature(self, graph: CalibrationGraph, nodes: Tensor | None = None) -> Tensor:
+        """T_move = mean over heads of softplus(m_i^T W_h) (+ softplus(b)) + 1e-3 of every grid point, [P, N, 1]
+        (or [P, n, 1] on ``nodes``: with constant messages only those nodes are computed)."""
         inputs = self.graph_inputs(graph)
         if self.eta_near is None:
             messages = inputs.messages  # [P, N, K]
@@ -292,27 +294,33 @@ class SimCalib(GraphInputsCache, Calibrator):
                 self._messages(inputs.movement_graph,
                                torch.where(hops == 0, near[p, 0], torch.where(hops == 1, near[p, 1], ones)), t)
                 for p, (_, t) in enumerate(self.points)])  # [P, N, K]
-        logit = torch.bmm(messages, self.movement_weight)  # [P, N, H]
+        gap = inputs.confidence_gap
+        if nodes is not None:
+            messages = messages[:, nodes]
+            gap = gap[nodes] if gap is not None else None
+        logit = torch.bmm(messages, self.movement_weight)  # [P, n, H]
         if self.confidence_coef is not None:
-            logit = logit + self.confidence_coef[:, :, None] * inputs.confidence_gap  # [P, 1, 1] * [N, 1]
-        temperature = F.softplus(logit).mean(dim=2, keepdim=True)  # [P, N, 1]
+            logit = logit + self.confidence_coef[:, :, None] * gap  # [P, 1, 1] * [n, 1]
+        temperature = F.softplus(logit).mean(dim=2, keepdim=True)  # [P, n, 1]
         if self.movement_bias is not None:
             temperature = temperature + F.softplus(self.movement_bias)[:, :, None]
         return temperature + MIN_TEMPERATURE  # softplus terms only: positive, gradient everywhere
 
-    def grid_components(self, graph: CalibrationGraph) -> list[Tensor]:
-        """log(weight) + log softmax(z / T) of each mixture component present, each [P, N, K]."""
-        z = graph.logits
+    def grid_components(self, graph: CalibrationGraph, nodes: Tensor | None = None) -> list[Tensor]:
+        """log(weight) + log softmax(z / T) of each mixture component present, each [P, N, K] (or [P, n, K])."""
+        z = graph.logits if nodes is None else graph.logits[nodes]
         components = []
         if self.feature_gnn is not None:
-            components.append(self.log_w[:, None, None] + F.log_softmax(z / self.grid_feature_temperature(graph), dim=2))
+            t_feat = self.grid_feature_temperature(graph, nodes)
+            components.append(self.log_w[:, None, None] + F.log_softmax(z / t_feat, dim=2))
         if self.movement_weight is not None:
-            components.append(self.log_1mw[:, None, None] + F.log_softmax(z / self.grid_movement_temperature(graph), dim=2))
+            t_move = self.grid_movement_temperature(graph, nodes)
+            components.append(self.log_1mw[:, None, None] + F.log_softmax(z / t_move, dim=2))
         return components
 
-    def grid_log_probs(self, graph: CalibrationGraph) -> Tensor:
-        """The mixture's log-probabilities of every grid point, [P, N, K]."""
-        components = self.grid_components(graph)
+    def grid_log_probs(self, graph: CalibrationGraph, nodes: Tensor | None = None) -> Tensor:
+        """The mixture's log-probabilities of every grid point, [P, N, K] (or [P, n, K] on ``nodes``)."""
+        components = self.grid_components(graph, nodes)
         return components[0] if len(components) == 1 else torch.logsumexp(torch.stack(components), dim=0)
 
     def forward(self, graph: CalibrationGraph) -> Tensor:
@@ -374,13 +382,13 @@ class SimCalib(GraphInputsCache, Calibrator):
         (feature branch alone, movement branch alone; a branch that is not built gives 0)."""
         target = labels[nodes]
         if self.training_mode == "joint":
-            log_probs = self.grid_log_probs(graph)[:, nodes]  # [P, n, K]
+            log_probs = self.grid_log_probs(graph, nodes)  # [P, n, K]
             return self._nll(log_probs, target)[:, None]
         columns = []
         for present, temperature in ((self.feature_gnn is not None, self.grid_feature_temperature),
                                      (self.movement_weight is not None, self.grid_movement_temperature)):
             if present:
-                log_probs = F.log_softmax(graph.logits[nodes] / temperature(graph)[:, nodes], dim=2)
+                log_probs = F.log_softmax(graph.logits[nodes] / temperature(graph, nodes), dim=2)
                 columns.append(self._nll(log_probs, target))
             else:
                 columns.append(torch.zeros(len(self.points), device=graph.device))
@@ -396,7 +404,7 @@ class SimCalib(GraphInputsCache, Calibrator):
         """The grid-selection criterion of every point on labelled nodes (lower is better)."""
         self.eval()
         nodes = stop_idx if self.grid_criterion.startswith("stop") else fit_idx
-        log_probs = self.grid_log_probs(graph)[:, nodes]  # [P, n, K]
+        log_probs = self.grid_log_probs(graph, nodes)  # [P, n, K]
         target = graph.labels[nodes]
         if self.grid_criterion.endswith("nll"):
             return self._nll(log_probs, target).tolist()

@@ -1,0 +1,43 @@
+"""Paired Wilcoxon tests between calibrators over the runs of committed results (no training).
+
+Pairs runs by (split, init, fold) per benchmark, as the report's SimCalib-vs-GATS test, for any pairs of
+calibrators and optionally a subset of splits (held-out views). Prints one Markdown table.
+
+    .venv/bin/python benchmarks/paired_tests.py reports/simcalib_joint/results \\
+        --pairs SimCalib:GATS,SimCalib_separate:GATS,SimCalib:SimCalib_separate --splits 1,2,3,4
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from simcalib.report.results import load_study_results
+from simcalib.report.stats import paired_runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="+", help="folders (or results.csv files) to read; rows are pooled")
+    parser.add_argument("--pairs", default="SimCalib:GATS", help="comma list of METHOD:REFERENCE")
+    parser.add_argument("--splits", default=None, help="comma list of splits to keep (default: all)")
+    parser.add_argument("--metric", default="ece")
+    args = parser.parse_args()
+    import pandas as pd
+
+    rows = pd.concat([load_study_results(path).rows for path in args.results], ignore_index=True)
+    if args.splits:
+        rows = rows[rows["split"].isin([int(s) for s in args.splits.split(",")])]
+    print(f"| benchmark | method | reference | pairs | method {args.metric} | reference {args.metric} | "
+          "mean diff | method lower in | Wilcoxon p | Holm p |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for pair in args.pairs.split(","):
+        method, reference = pair.split(":")
+        table = paired_runs(rows, method, reference, args.metric)
+        for _, r in table.iterrows():
+            print(f"| {r['dataset']} {r['backbone']} | {method} | {reference} | {r['pairs']} | "
+                  f"{r[f'{method}_mean']:.2f} | {r[f'{reference}_mean']:.2f} | {r['mean_diff']:+.2f} | "
+                  f"{r['wins']}/{r['pairs']} | {r['pvalue']:.2g} | {r['pvalue_holm']:.2g} |")
+
+
+if __name__ == "__main__":
+    main()
