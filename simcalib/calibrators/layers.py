@@ -245,14 +245,30 @@ class GridGCN(nn.Module):
     def prepare(x: Tensor, edge_index: Tensor, num_nodes: int) -> tuple[Tensor, SparseOperand]:
         return TwoLayerGCN.propagate_inputs(x, edge_index, num_nodes)
 
-    def forward(self, prepared: tuple[Tensor, SparseOperand]) -> Tensor:
-        propagated_x, adj = prepared  # [N, C], Â
-        hidden = F.relu(torch.matmul(propagated_x, self.weight1) + self.bias1[:, None, :])  # [P, N, h]
+    @staticmethod
+    def restrict(prepared: tuple[Tensor, SparseOperand], nodes: Tensor) -> tuple[Tensor, SparseOperand]:
+        r"""Inputs whose outputs are those of ``nodes`` only, [P, n, 1]: :math:`\hat A x` on the nodes' 1-hop
+        neighbourhood :math:`N_1` and the rows of :math:`\hat A` for ``nodes`` restricted to :math:`N_1`.
+        A loss on a few labelled nodes then costs O(|N_1|), not O(N), per step."""
+        propagated_x, adj = prepared
+        rows = adj.matrix.to_sparse_coo().index_select(0, nodes).coalesce()  # [n, N]
+        neighbourhood, columns = torch.unique(rows.indices()[1], return_inverse=True)  # N_1, positions in it
+        restricted = torch.sparse_coo_tensor(torch.stack([rows.indices()[0], columns]), rows.values(),
+                                             (len(nodes), len(neighbourhood)), check_invariants=False)
+        return propagated_x[neighbourhood], SparseOperand.from_csr(restricted.coalesce().to_sparse_csr())
+
+    def forward(self, prepared: tuple[Tensor, SparseOperand], points: Tensor | None = None) -> Tensor:
+        """[P, n, 1] for prepared (or restricted) inputs; ``points``: only those grid points, [p, n, 1]."""
+        propagated_x, adj = prepared  # [N_in, C], Â [n, N_in]
+        weight1, bias1, weight2, bias2 = self.weight1, self.bias1, self.weight2, self.bias2
+        if points is not None:
+            weight1, bias1, weight2, bias2 = weight1[points], bias1[points], weight2[points], bias2[points]
+        hidden = F.relu(torch.matmul(propagated_x, weight1) + bias1[:, None, :])  # [p, N_in, h]
         if self.training and self.dropout > 0:
-            keep = torch.rand(hidden.shape[1:], device=hidden.device) >= self.dropout  # [N, h], shared by points
+            keep = torch.rand(hidden.shape[1:], device=hidden.device) >= self.dropout  # [N_in, h], shared by points
             hidden = hidden * keep * (1.0 / (1.0 - self.dropout))
-        per_point = torch.matmul(hidden, self.weight2).squeeze(-1)  # [P, N]
-        return (adj.matmul(per_point.T) + self.bias2.T).T.unsqueeze(-1)  # [P, N, 1]
+        per_point = torch.matmul(hidden, weight2).squeeze(-1)  # [p, N_in]
+        return (adj.matmul(per_point.T) + bias2.T).T.unsqueeze(-1)  # [p, n, 1]
 
 
 class GridGAT(nn.Module):
@@ -282,8 +298,9 @@ class GridGAT(nn.Module):
     def prepare(x: Tensor, edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
         return x, edges_with_self_loops(edge_index, num_nodes).to(x.device)
 
-    def forward(self, prepared: tuple[Tensor, Tensor]) -> Tensor:
-        return torch.stack([net(*prepared) for net in self.nets])  # [P, N, 1]
+    def forward(self, prepared: tuple[Tensor, Tensor], points: Tensor | None = None) -> Tensor:
+        chosen = range(self.points) if points is None else points.tolist()
+        return torch.stack([self.nets[p](*prepared) for p in chosen])  # [p, N, 1]
 
 
 def grid_gnn(kind: str, in_channels: int, hidden: int, points: int, dropout: float = 0.5, heads: int = 1) -> nn.Module:

@@ -275,52 +275,80 @@ class SimCalib(GraphInputsCache, Calibrator):
         return movement_messages(g.sorted_logits, alpha, eta, g.degree, g.edges, t)
 
     # --------------------------------------------------------------------------------------------- forward
-    def grid_feature_temperature(self, graph: CalibrationGraph, nodes: Tensor | None = None) -> Tensor:
-        """T_feat = softplus(G_feat(s, A)) + 1e-3 of every grid point, [P, N, 1] (or [P, n, 1] on ``nodes``)."""
-        raw = self.feature_gnn(self.graph_inputs(graph).feature)  # [P, N, 1]: the GNN needs every node
-        return softplus_temperature(raw if nodes is None else raw[:, nodes])
+    def _feature_inputs(self, graph: CalibrationGraph, nodes: Tensor | None):
+        """G_feat's prepared inputs, restricted to what ``nodes``' outputs need (GCN; cached per node set)."""
+        prepared = self.graph_inputs(graph).feature
+        if nodes is None or not hasattr(self.feature_gnn, "restrict"):
+            return prepared, False
+        cache = self._restricted_cache if self._restricted_graph is graph else {}
+        self._restricted_graph, self._restricted_cache = graph, cache
+        key = (nodes.data_ptr(), nodes.numel())
+        if key not in cache or not torch.equal(cache[key][0], nodes):
+            cache[key] = (nodes.clone(), self.feature_gnn.restrict(prepared, nodes))
+        return cache[key][1], True
 
-    def grid_movement_temperature(self, graph: CalibrationGraph, nodes: Tensor | None = None) -> Tensor:
-        """T_move = mean over heads of softplus(m_i^T W_h) (+ softplus(b)) + 1e-3 of every grid point, [P, N, 1]
-        (or [P, n, 1] on ``nodes``: with constant messages only those nodes are computed)."""
+    _restricted_graph = None
+    _restricted_cache: dict = {}
+
+    def grid_feature_temperature(self, graph: CalibrationGraph, nodes: Tensor | None = None,
+                                 points: Tensor | None = None) -> Tensor:
+        """T_feat = softplus(G_feat(s, A)) + 1e-3 of every grid point (or of ``points``), [P, N, 1] (or on
+        ``nodes``: [P, n, 1])."""
+        inputs, restricted = self._feature_inputs(graph, nodes)
+        raw = self.feature_gnn(inputs, points)  # [P, n or N, 1]
+        return softplus_temperature(raw if nodes is None or restricted else raw[:, nodes])
+
+    def grid_movement_temperature(self, graph: CalibrationGraph, nodes: Tensor | None = None,
+                                  points: Tensor | None = None) -> Tensor:
+        """T_move = mean over heads of softplus(m_i^T W_h) (+ softplus(b)) + 1e-3 of every grid point (or of
+        ``points``), [P, N, 1] (or on ``nodes``: [P, n, 1], computed on those nodes only)."""
         inputs = self.graph_inputs(graph)
+        chosen = torch.arange(len(self.points)) if points is None else points
         if self.eta_near is None:
-            messages = inputs.messages  # [P, N, K]
+            messages = inputs.messages if points is None else inputs.messages[points]  # [p, N, K]
         else:  # learned eta: the messages depend on each point's scalings
             hops = inputs.movement_graph.hops
             ones = torch.ones_like(hops, dtype=self.eta_near.dtype)
             near = self.eta_near.clamp(min=MIN_ETA)  # [P, 2], stays a positive divisor
             messages = torch.stack([
                 self._messages(inputs.movement_graph,
-                               torch.where(hops == 0, near[p, 0], torch.where(hops == 1, near[p, 1], ones)), t)
-                for p, (_, t) in enumerate(self.points)])  # [P, N, K]
+                               torch.where(hops == 0, near[p, 0], torch.where(hops == 1, near[p, 1], ones)),
+                               self.points[p][1])
+                for p in chosen.tolist()])  # [p, N, K]
         gap = inputs.confidence_gap
         if nodes is not None:
             messages = messages[:, nodes]
             gap = gap[nodes] if gap is not None else None
-        logit = torch.bmm(messages, self.movement_weight)  # [P, n, H]
+        weight = self.movement_weight if points is None else self.movement_weight[points]
+        logit = torch.bmm(messages, weight)  # [p, n, H]
         if self.confidence_coef is not None:
-            logit = logit + self.confidence_coef[:, :, None] * gap  # [P, 1, 1] * [n, 1]
-        temperature = F.softplus(logit).mean(dim=2, keepdim=True)  # [P, n, 1]
+            coef = self.confidence_coef if points is None else self.confidence_coef[points]
+            logit = logit + coef[:, :, None] * gap  # [p, 1, 1] * [n, 1]
+        temperature = F.softplus(logit).mean(dim=2, keepdim=True)  # [p, n, 1]
         if self.movement_bias is not None:
-            temperature = temperature + F.softplus(self.movement_bias)[:, :, None]
+            bias = self.movement_bias if points is None else self.movement_bias[points]
+            temperature = temperature + F.softplus(bias)[:, :, None]
         return temperature + MIN_TEMPERATURE  # softplus terms only: positive, gradient everywhere
 
-    def grid_components(self, graph: CalibrationGraph, nodes: Tensor | None = None) -> list[Tensor]:
-        """log(weight) + log softmax(z / T) of each mixture component present, each [P, N, K] (or [P, n, K])."""
+    def grid_components(self, graph: CalibrationGraph, nodes: Tensor | None = None,
+                        points: Tensor | None = None) -> list[Tensor]:
+        """log(weight) + log softmax(z / T) of each mixture component present, each [P, N, K] (or restricted to
+        ``nodes`` and ``points``)."""
         z = graph.logits if nodes is None else graph.logits[nodes]
+        log_w, log_1mw = (self.log_w, self.log_1mw) if points is None else (self.log_w[points], self.log_1mw[points])
         components = []
         if self.feature_gnn is not None:
-            t_feat = self.grid_feature_temperature(graph, nodes)
-            components.append(self.log_w[:, None, None] + F.log_softmax(z / t_feat, dim=2))
+            t_feat = self.grid_feature_temperature(graph, nodes, points)
+            components.append(log_w[:, None, None] + F.log_softmax(z / t_feat, dim=2))
         if self.movement_weight is not None:
-            t_move = self.grid_movement_temperature(graph, nodes)
-            components.append(self.log_1mw[:, None, None] + F.log_softmax(z / t_move, dim=2))
+            t_move = self.grid_movement_temperature(graph, nodes, points)
+            components.append(log_1mw[:, None, None] + F.log_softmax(z / t_move, dim=2))
         return components
 
-    def grid_log_probs(self, graph: CalibrationGraph, nodes: Tensor | None = None) -> Tensor:
-        """The mixture's log-probabilities of every grid point, [P, N, K] (or [P, n, K] on ``nodes``)."""
-        components = self.grid_components(graph, nodes)
+    def grid_log_probs(self, graph: CalibrationGraph, nodes: Tensor | None = None,
+                       points: Tensor | None = None) -> Tensor:
+        """The mixture's log-probabilities of every grid point, [P, N, K] (or restricted to ``nodes``/``points``)."""
+        components = self.grid_components(graph, nodes, points)
         return components[0] if len(components) == 1 else torch.logsumexp(torch.stack(components), dim=0)
 
     def forward(self, graph: CalibrationGraph) -> Tensor:
@@ -377,21 +405,26 @@ class SimCalib(GraphInputsCache, Calibrator):
             (decayed if is_weight or self.decay == "all" else free).append(parameter)
         return [{"params": decayed, "weight_decay": self.weight_decay}, {"params": free, "weight_decay": 0.0}]
 
-    def unit_losses(self, graph: CalibrationGraph, nodes: Tensor, labels: Tensor) -> Tensor:
-        """Mean NLL on ``nodes`` of every training unit: [P, 1] jointly (the mixture), [P, 2] separately
-        (feature branch alone, movement branch alone; a branch that is not built gives 0)."""
+    def unit_shape(self) -> tuple[int, int]:
+        """(grid points, branches trained as separate units)."""
+        return len(self.points), 1 if self.training_mode == "joint" else 2
+
+    def unit_losses(self, graph: CalibrationGraph, nodes: Tensor, labels: Tensor, points: Tensor | None = None) -> Tensor:
+        """Mean NLL on ``nodes`` of every training unit of ``points`` (default all): [p, 1] jointly (the
+        mixture), [p, 2] separately (feature branch alone, movement branch alone; a branch not built gives 0)."""
         target = labels[nodes]
         if self.training_mode == "joint":
-            log_probs = self.grid_log_probs(graph, nodes)  # [P, n, K]
+            log_probs = self.grid_log_probs(graph, nodes, points)  # [p, n, K]
             return self._nll(log_probs, target)[:, None]
         columns = []
+        count = len(self.points) if points is None else len(points)
         for present, temperature in ((self.feature_gnn is not None, self.grid_feature_temperature),
                                      (self.movement_weight is not None, self.grid_movement_temperature)):
             if present:
-                log_probs = F.log_softmax(graph.logits[nodes] / temperature(graph, nodes), dim=2)
+                log_probs = F.log_softmax(graph.logits[nodes] / temperature(graph, nodes, points), dim=2)
                 columns.append(self._nll(log_probs, target))
             else:
-                columns.append(torch.zeros(len(self.points), device=graph.device))
+                columns.append(torch.zeros(count, device=graph.device))
         return torch.stack(columns, dim=1)
 
     @staticmethod

@@ -57,8 +57,9 @@ def fit_nll_grid(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> list[d
     The calibrator's parameters carry a leading grid dimension P (one slice per grid point) or belong to
     one point, and each belongs to one branch b (``calibrator.parameter_units()``: name -> (b, point or
     None for a leading grid dimension)). A unit is a (point,
-    branch) pair; ``calibrator.unit_losses(graph, nodes)`` gives the mean NLL of every unit, [P, B] (B = 1
-    when the branches are trained together). One Adam step on the sum of the active units' losses moves
+    branch) pair; ``calibrator.unit_losses(graph, nodes, labels, points)`` gives the mean NLL of the units of
+    ``points``, [p, B] (``calibrator.unit_shape()`` = (P, B); B = 1 when the branches are trained together),
+    and only points with a unit still training are computed. One Adam step on the sum of the active units' losses moves
     every unit as if it were trained alone (the loss terms share no parameter and Adam is element-wise);
     each unit keeps the parameters of its lowest early-stopping NLL (ties: the later) and stops after
     ``patience`` epochs without a new best. Training ends when every unit has stopped. Returns one dict per
@@ -69,29 +70,30 @@ def fit_nll_grid(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> list[d
     optimizer = torch.optim.Adam(calibrator.parameter_groups(), lr=calibrator.lr)
     labels = graph.labels
     kept = {name: p.detach().clone() for name, p in named.items()}
-    best_loss = best_epoch = waited = stopped_at = None
+    shape = calibrator.unit_shape()  # (P, B)
+    best_loss = torch.full(shape, float("inf"))
+    best_epoch = torch.full(shape, -1, dtype=torch.long)
+    waited = torch.zeros(shape, dtype=torch.long)
+    stopped_at = torch.zeros(shape, dtype=torch.long)
     epoch = 0
     for epoch in range(calibrator.max_epochs):
+        live = waited < calibrator.patience  # [P, B]
+        points = live.any(dim=1).nonzero().flatten()  # points with a unit still training: the others cost nothing
         calibrator.train()
         optimizer.zero_grad()
-        losses = calibrator.unit_losses(graph, fit_idx, labels)  # [P, B]
-        if best_loss is None:
-            best_loss = torch.full(losses.shape, float("inf"))
-            best_epoch = torch.full(losses.shape, -1, dtype=torch.long)
-            waited = torch.zeros(losses.shape, dtype=torch.long)
-            stopped_at = torch.zeros(losses.shape, dtype=torch.long)
-        active = (waited < calibrator.patience).to(losses.device)
+        losses = calibrator.unit_losses(graph, fit_idx, labels, points.to(graph.device))  # [p, B]
+        active = live[points].to(losses.device)
         if not torch.isfinite(losses[active]).all():
             raise TrainingDivergedError(
                 f"{calibrator.name} diverged at epoch {epoch} (calibration NLL {losses.detach()[active].tolist()}); "
                 f"lower its learning rate (now {calibrator.lr}) or raise its weight decay"
             )
-        losses[active].sum().backward()  # stopped units get no gradient (their kept state is final anyway)
+        losses[active].sum().backward()  # a stopped unit gets no gradient (its kept state is final anyway)
         optimizer.step()
         calibrator.eval()
         with torch.no_grad():
-            stop = calibrator.unit_losses(graph, stop_idx, labels).cpu()  # [P, B]
-        live = waited < calibrator.patience
+            stop = torch.full(shape, float("inf"))
+            stop[points] = calibrator.unit_losses(graph, stop_idx, labels, points.to(graph.device)).cpu()
         improved = live & (stop <= best_loss)  # NaN never improves
         best_loss = torch.where(improved, stop, best_loss)
         best_epoch = torch.where(improved, torch.full_like(best_epoch, epoch), best_epoch)
@@ -108,7 +110,7 @@ def fit_nll_grid(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> list[d
                 kept[name] = torch.where(mask.view(-1, *[1] * (parameter.dim() - 1)), parameter, kept[name])
         if not (waited < calibrator.patience).any():
             break
-    if best_loss is None or not torch.isfinite(best_loss).all():
+    if not torch.isfinite(best_loss).all():
         raise TrainingDivergedError(
             f"{calibrator.name}: the early-stopping NLL was never finite; check the backbone logits for NaNs"
         )
