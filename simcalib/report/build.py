@@ -235,9 +235,29 @@ def table_blocks(tables: TableSet) -> list[Block]:
                    f"within one std; mean difference {s['mean_diff']:+.2f}."
                    if s["with_std"] else "no paper std to compare with." if s["ran"] else "nothing to compare yet.")),
                 _table_or_note(comparison)]
+            far = far_from_paper(comparison)
+            if far is not None:
+                blocks.append(far)
         elif table.spec.paper_key:
             blocks.append(Paragraph(f"_Paper comparison skipped: the paper's {table.spec.paper_key} is not loaded._"))
     return blocks
+
+
+def far_from_paper(comparison: ComparisonTable, threshold: float = 1.0) -> Paragraph | None:
+    """A sentence naming every cell more than ``threshold`` paper stds from the paper (largest first), or None."""
+    long = comparison.long
+    far = long[(long["runs"] > 0) & np.isfinite(long["z"]) & (long["z"].abs() > threshold)]
+    if far.empty:
+        return None
+    far = far.reindex(far["z"].abs().sort_values(ascending=False).index)
+    d = comparison.spec.digits
+    cells = [f"{r.dataset} {r.backbone} {r.method} {r.ours_mean:.{d}f} vs {r.paper_mean:.{d}f} ({r.z:+.1f} std)"
+             for r in far.itertuples()]
+    below = int((far["z"] < 0).sum())
+    return Paragraph(
+        f"**More than {threshold:g} paper std from the paper: {len(far)} cell(s)** ({below} below it, "
+        f"{len(far) - below} above): " + "; ".join(cells) + ". What was checked about the largest gaps is in "
+        "`reports/README.md` (section on the measured gaps).")
 
 
 def significance_blocks(sig: Significance) -> list[Block]:
