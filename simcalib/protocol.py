@@ -34,7 +34,7 @@ from simcalib.data import GraphData, get_spec, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.metrics import METRIC_NAMES, compute_metrics
 from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
-from simcalib.splits import Split, default_splits_dir, get_split
+from simcalib.splits import Split, default_splits_dir, get_split, split_sources
 
 KEY_COLUMNS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
 RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *METRIC_NAMES, "fit_seconds", "label_rate"]
@@ -54,6 +54,7 @@ class ProtocolSettings:
     cache_dir: str | None = None
     device: str = "auto"
     backbone_overrides: tuple[tuple[str, object], ...] = ()  # e.g. (("max_epochs", 200),)
+    generated_splits: bool = False  # allow split indices beyond the fixed files (drawn from the study seed)
 
     @property
     def label_rate(self) -> float:
@@ -96,7 +97,13 @@ def load_graph(dataset: str, settings: ProtocolSettings) -> GraphData:
 def run_split(run: Run, settings: ProtocolSettings, graph: GraphData | None = None) -> Split:
     graph = graph or load_graph(run.dataset, settings)
     return get_split(run.dataset, graph.y.numpy(), run.split, settings.study_seed, settings.resolved_splits_dir(),
-                     settings.fold_rate, settings.n_folds, settings.test_rate)
+                     settings.fold_rate, settings.n_folds, settings.test_rate, settings.generated_splits)
+
+
+def run_split_sources(dataset: str, splits: Iterable[int], settings: ProtocolSettings) -> dict[int, str]:
+    """Which of ``splits`` come from fixed files and which are generated (ConfigError if not allowed)."""
+    return split_sources(get_spec(dataset).name, list(splits), settings.resolved_splits_dir(), settings.fold_rate,
+                         settings.n_folds, settings.test_rate, settings.generated_splits)
 
 
 def backbone_config(run: Run, settings: ProtocolSettings) -> BackboneConfig:
@@ -336,6 +343,7 @@ def run_benchmark(
 
 __all__ = [
     "KEY_COLUMNS", "RESULT_COLUMNS", "BenchmarkRequest", "ProtocolSettings", "Run", "append_rows", "calibration_graph",
-    "evaluate_calibrator", "load_graph", "make_runs", "read_results", "run_benchmark", "run_split", "summarize",
+    "evaluate_calibrator", "load_graph", "make_runs", "read_results", "run_benchmark", "run_split", "run_split_sources",
+    "summarize",
     "train_run_backbone",
 ]
