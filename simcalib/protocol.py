@@ -34,6 +34,7 @@ from simcalib.data import GraphData, get_spec, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.metrics import METRIC_NAMES, compute_metrics
 from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
+from simcalib.similarity import nearest_prototype_distance
 from simcalib.splits import Split, default_splits_dir, get_split, split_sources
 
 KEY_COLUMNS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
@@ -168,7 +169,10 @@ def evaluate_calibrator(
     y_test = load_graph(run.dataset, settings).y[test_idx]
     metrics = compute_metrics(probs[test_idx], y_test)
     if predictions_dir is not None:
-        save_predictions(Path(predictions_dir), run, name, probs[test_idx].numpy(), y_test.numpy(), test_idx)
+        # the feature-similarity figure's x axis; prototypes from the training folds, as SimCalib's default
+        distance = nearest_prototype_distance(cg.hidden, cg.labels, cg.train_idx, cg.num_classes, test_idx)
+        save_predictions(Path(predictions_dir), run, name, probs[test_idx].numpy(), y_test.numpy(), test_idx,
+                         distance.cpu().numpy())
     return {
         "dataset": run.dataset, "backbone": run.backbone, "calibrator": name,
         "split": run.split, "init": run.init, "fold": run.fold, "seed": run.seed(settings),
@@ -177,12 +181,14 @@ def evaluate_calibrator(
 
 
 def save_predictions(folder: Path, run: Run, calibrator: str, probs: np.ndarray, labels: np.ndarray,
-                     test_idx: np.ndarray) -> Path:
+                     test_idx: np.ndarray, feature_distance: np.ndarray | None = None) -> Path:
+    """``probs``, ``labels``, ``test_idx`` and (if given) ``feature_distance`` of the test nodes, in one npz."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{run.tag()}_{calibrator}.npz"
     tmp = path.with_name(path.name + ".tmp.npz")
+    extra = {} if feature_distance is None else {"feature_distance": feature_distance.astype(np.float64)}
     np.savez_compressed(tmp, probs=probs.astype(np.float32), labels=labels.astype(np.int64),
-                        test_idx=test_idx.astype(np.int64))
+                        test_idx=test_idx.astype(np.int64), **extra)
     tmp.replace(path)
     return path
 
