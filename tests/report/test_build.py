@@ -88,3 +88,28 @@ def test_cells_more_than_one_paper_std_away_are_named_in_a_sentence_from_the_num
         "Citeseer GCN SimCalib 5.10 vs 3.94 (+1.0 std)")
     assert "GATS" not in sentence and "Photo" not in sentence
     assert far_from_paper(ComparisonTable(TABLE_SPECS[0], long.iloc[[1]])) is None
+
+
+def test_every_report_of_a_manifest_regenerates_from_results_keeping_prediction_figures(tmp_path, capsys):
+    import shutil
+
+    results = tmp_path / "results" / "Cora_GCN"
+    write_benchmark(results, "Cora", "GCN", ["UnCal", "SimCalib"])
+    out, no_paper = tmp_path / "report", str(tmp_path / "no_paper")
+    assert main(["report", str(tmp_path / "results"), "--out", str(out), "--theory-reps", "20",
+                 "--paper-dir", no_paper]) == 0  # the first rendering, with the saved predictions
+    first = (out / "figures" / "reliability_uncal_vs_simcalib.png").read_bytes()
+    shutil.rmtree(results / "predictions")  # what is committed: results.csv only
+    manifest = tmp_path / "reports.yaml"
+    manifest.write_text(f"- results: {tmp_path / 'results'}\n  out: {out}\n  title: again\n  splits: [1]\n")
+    assert main(["report", "--every", str(manifest), "--theory-reps", "20", "--paper-dir", no_paper]) == 0
+    md = (out / "report.md").read_text()
+    assert md.startswith("# again\n\n**Regenerate** every number in this report from the committed `results.csv` "
+                         f"files with one command: `make report` (= `simcalib report --every {manifest}`).")
+    assert "figures/reliability_uncal_vs_simcalib.png" in md and "Kept from an earlier rendering" in md
+    assert (out / "figures" / "reliability_uncal_vs_simcalib.png").read_bytes() == first
+    assert "| Cora | GCN | SimCalib, UnCal | 3 |" in md  # split 1 only: 3 of the 6 runs
+
+    manifest.write_text(f"- results: {tmp_path / 'results'}\n  out: {out}\n")
+    assert main(["report", "--every", str(manifest)]) == 2
+    assert "must have the keys results, out, title" in capsys.readouterr().err
