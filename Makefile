@@ -27,7 +27,7 @@ export DO_NOT_TRACK = true
 export MLFLOW_DISABLE_TELEMETRY = true
 export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 
-.PHONY: install study test test-slow lint benchmark clean chromium
+.PHONY: install study test test-slow lint benchmark clean chromium report
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ install: $(VENV)/.installed
 
 study: install
 	$(VENV)/bin/simcalib study run $(STUDY)
+
+# Re-render every report folder of reports/ from its committed results.csv files (reports/reports.yaml).
+report: install
+	$(VENV)/bin/simcalib report --every reports/reports.yaml
 
 test: install chromium
 	$(PY) -m pytest -q

@@ -155,7 +155,6 @@ def run_study(study_file: str, overrides: dict | None = None) -> dict:
     logger = get_run_logger()
     study = load_study(study_file, overrides)
     plans = plan_study(study)
-    settings = study.settings()
     spec = study.spec
     storage = (study.output / TASK_RESULTS).resolve()  # a Path: Prefect stores results there as local files
     pretrain_task = pretrain.with_options(result_storage=storage)
@@ -172,10 +171,11 @@ def run_study(study_file: str, overrides: dict | None = None) -> dict:
     for plan in plans:
         predictions = str(plan.out_dir / "predictions") if spec.save_predictions else None
         for run in plan.runs:
-            backbone = pretrain_task.submit(run, settings, threads)
+            backbone = pretrain_task.submit(run, plan.settings, threads)
             pretrains[backbone] = (plan, run)
             for name, options in plan.calibrators:
-                future = calibrate_task.submit(run, settings, name, options, predictions, threads, wait_for=[backbone])
+                future = calibrate_task.submit(run, plan.settings, name, options, predictions, threads,
+                                               wait_for=[backbone])
                 calibrations[future] = (plan, run, name)
 
     tracker = _tracker(study, logger)
@@ -211,6 +211,7 @@ def run_study(study_file: str, overrides: dict | None = None) -> dict:
     result = {
         "study": study.name, "study_file": study.source, "output": str(study.output),
         "tracking_uri": study.tracking_uri, "experiment": study.experiment_name,
+        "experiment_id": tracker.experiment_id,
         "tasks": {"pretrain": pre_tally.as_dict(), "calibrate": cal_tally.as_dict()},
         "benchmarks": benchmarks, "report": None,
     }
@@ -238,16 +239,19 @@ def _finish_benchmark(study: Study, plan: BenchmarkPlan, rows: list[dict], backb
                       tracker, logger) -> dict:
     """Aggregate one benchmark, then log it to MLflow from this (the flow's) process."""
     from flows.tracking import BenchmarkRecord, calibrator_hyperparameters, git_commit, package_versions
+    from simcalib.splits import record_split_sources
 
     written = aggregate(plan.dataset, plan.backbone, rows, str(plan.out_dir))
+    record_split_sources(plan.out_dir, plan.split_sources)
     results = pd.read_csv(written["results"])
     summary = pd.read_csv(written["summary"])
     spec = study.spec
-    settings = study.settings()
+    settings = plan.settings
     params = {
         "study": study.name, "study_file": study.source, "study_seed": spec.seed,
-        "splits": study.splits, "inits": study.inits, "folds": study.folds, "label_rate": spec.runs.label_rate,
+        "splits": study.splits, "inits": study.inits, "folds": study.folds, "label_rate": settings.label_rate,
         "runs": len(plan.runs), "calibrators": [c for c, _ in plan.calibrators],
+        "generated_splits": sorted(s for s, source in plan.split_sources.items() if source == "generated"),
         "run_seeds": [r.seed(settings) for r in plan.runs], "seed_rule": "simcalib.seeding.run_seed",
         "task_runner": spec.task_runner.kind, "device": spec.device, "git_commit": git_commit(),
         **{f"backbone.{k}": v for k, v in vars(backbone_config(plan.runs[0], settings)).items()},
@@ -258,7 +262,8 @@ def _finish_benchmark(study: Study, plan: BenchmarkPlan, rows: list[dict], backb
                          for k in ("val_accuracy", "val_nll", "best_epoch", "epochs", "train_seconds")}
                         if len(stats) else {})
     record = BenchmarkRecord(
-        study=study.name, dataset=plan.dataset, backbone=plan.backbone, results=results, summary=summary,
+        study=study.name, dataset=plan.dataset, backbone=plan.backbone, variant=plan.variant, results=results,
+        summary=summary,
         params=params,
         calibrator_params={c: calibrator_hyperparameters(c, plan.dataset, plan.backbone, o) for c, o in plan.calibrators},
         backbone_metrics=backbone_metrics,

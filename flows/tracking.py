@@ -14,6 +14,15 @@ explicit run ids (no fluent active-run state), so parallel tasks can neither los
 idempotent: a benchmark whose identical content is already logged (a resumed study) is skipped, and older
 runs of the same benchmark in the study's experiment are soft-deleted (restorable in the MLflow UI), so the
 experiment holds exactly one parent run per benchmark.
+
+In the MLflow UI (3.x) the study and tuning experiments are marked as model-training experiments (experiment
+tag ``mlflow.experimentKind = custom_model_development``) and carry a shared view of their runs table
+(experiment tag ``mlflow.sharedViewState.<key>``: the calibrators' nested runs grouped by benchmark, one row
+per calibrator, with the columns ECE, ACE, NLL and accuracy). MLflow 3.17's UI takes the landing page (GenAI
+overview or runs table) from its GenAI / Model-training switch, i.e. the URL parameter ``workflowType`` or
+the browser's stored choice, not from the tag; it takes default columns only from a shared view named in the
+URL, and a shared view cannot expand parent runs (it drops ``runsExpanded``), hence the grouping by the
+benchmark tag. So :func:`runs_table_url` is the link that opens the runs table with those rows and columns.
 """
 
 from __future__ import annotations
@@ -45,6 +54,11 @@ TAG_CALIBRATOR = "simcalib.calibrator"
 PARENT_TAG = "mlflow.parentRunId"
 PACKAGES = ("simcalib", "torch", "torch_geometric", "numpy", "scipy", "pandas", "prefect", "mlflow", "pydantic")
 BATCH = 500  # metrics per log_batch call (MLflow allows 1000)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # MLflow 3's experiment type (read by its API and tooling)
+MODEL_TRAINING = "custom_model_development"  # the kind's value for classic (non-GenAI) experiments
+SHARED_VIEW_PREFIX = "mlflow.sharedViewState."  # + key: a runs-table view the UI opens with ?viewStateShareKey=key
+VIEW_KEY = "simcalib"
+STUDY_COLUMNS = ("ece_mean", "ace_mean", "nll_mean", "accuracy_mean", "ece_std")  # per calibrator (nested runs)
 
 
 def artifact_location(tracking_uri: str) -> str | None:
@@ -53,6 +67,34 @@ def artifact_location(tracking_uri: str) -> str | None:
         database = Path(tracking_uri[len("sqlite:///"):])
         return (database.parent / "mlartifacts").resolve().as_uri()
     return None
+
+
+def metric_column(name: str) -> str:
+    """The UI's key of a metric column (its canonical sort key)."""
+    return f"metrics.`{name}`"
+
+
+def mark_model_training(client: MlflowClient, experiment_id: str, metrics: tuple[str, ...] | list[str],
+                        params: tuple[str, ...] | list[str] = (), search_filter: str = "",
+                        order_by: str | None = None, group_by_tag: str | None = None) -> None:
+    """Tag ``experiment_id`` as a model-training experiment and store the runs-table view of
+    :func:`runs_table_url`: the runs matching ``search_filter`` (MLflow search syntax), with ``params`` and
+    ``metrics`` columns, sorted ascending by the metric ``order_by`` (None: newest first, the UI's default),
+    in groups by the run tag ``group_by_tag`` if given."""
+    view = {"selectedColumns": [f"params.`{p}`" for p in params] + [metric_column(m) for m in metrics],
+            "searchFilter": search_filter}
+    if order_by is not None:
+        view.update(orderByKey=metric_column(order_by), orderByAsc=True)
+    if group_by_tag is not None:
+        view["groupBy"] = {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": group_by_tag}]}
+    client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+    client.set_experiment_tag(experiment_id, SHARED_VIEW_PREFIX + VIEW_KEY, json.dumps(view, sort_keys=True))
+
+
+def runs_table_url(ui_url: str, experiment_id: str) -> str:
+    """The MLflow UI page of ``experiment_id``'s runs table in Model-training mode with the stored columns."""
+    return (f"{ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs"
+            f"?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}")
 
 
 def package_versions() -> dict[str, str]:
@@ -109,10 +151,11 @@ class BenchmarkRecord:
     backbone_metrics: dict[str, float] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)  # parent-run artifacts
     predictions_dir: Path | None = None  # saved test predictions, for reliability diagrams
+    variant: str = ""  # tells the label rates of a sweep apart: "-rate0.05"
 
     @property
     def name(self) -> str:
-        return f"{self.dataset}-{self.backbone}"
+        return f"{self.dataset}-{self.backbone}{self.variant}"
 
     def content_hash(self) -> str:
         """Identity of what would be logged: results rows (as written), parameters and file contents."""
@@ -140,6 +183,8 @@ class StudyTracker:
                 self.experiment_id = experiment.experiment_id
                 if experiment.lifecycle_stage == "deleted":
                     self.client.restore_experiment(self.experiment_id)
+            mark_model_training(self.client, self.experiment_id, STUDY_COLUMNS, params=("calibrator",),
+                                search_filter=f"tags.`{TAG_ROLE}` = 'calibrator'", group_by_tag=TAG_BENCHMARK)
 
     def benchmark_runs(self, benchmark: str, view: int = ViewType.ACTIVE_ONLY) -> list:
         query = f"tags.`{TAG_BENCHMARK}` = '{benchmark}' and tags.`{TAG_ROLE}` = 'benchmark'"
@@ -242,5 +287,5 @@ def _param_text(value) -> str:
 
 __all__ = [
     "BenchmarkRecord", "StudyTracker", "artifact_location", "calibrator_hyperparameters", "git_commit",
-    "package_versions",
+    "mark_model_training", "package_versions", "runs_table_url",
 ]

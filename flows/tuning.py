@@ -213,12 +213,13 @@ def count_trials(study: optuna.Study) -> dict[str, int]:
 
 def mlflow_callback(request: SearchRequest, name: str):
     """optuna-integration's MLflowCallback on the study's experiment (created first, with its artifacts
-    beside a SQLite tracking file, as the study flow does)."""
+    beside a SQLite tracking file, as the study flow does, and marked as a model-training experiment whose
+    runs table shows the objective, best first)."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
     from optuna_integration.mlflow import MLflowCallback
 
-    from flows.tracking import artifact_location
+    from flows.tracking import artifact_location, mark_model_training
 
     uri = request.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
     client = MlflowClient(uri)
@@ -227,6 +228,8 @@ def mlflow_callback(request: SearchRequest, name: str):
             client.create_experiment(name, artifact_location=artifact_location(uri))
         except MlflowException:  # created meanwhile by another worker
             pass
+    metric = request.objective.metric
+    mark_model_training(client, client.get_experiment_by_name(name).experiment_id, (metric,), order_by=metric)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return MLflowCallback(tracking_uri=uri, metric_name=request.objective.metric, create_experiment=True,

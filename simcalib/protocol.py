@@ -34,7 +34,8 @@ from simcalib.data import GraphData, get_spec, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.metrics import METRIC_NAMES, compute_metrics
 from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
-from simcalib.splits import Split, default_splits_dir, get_split
+from simcalib.similarity import nearest_prototype_distance
+from simcalib.splits import Split, default_splits_dir, get_split, split_sources
 
 KEY_COLUMNS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
 # What a fitted calibrator reports of itself (Calibrator.audit): SimCalib's chosen grid point and the mean and
@@ -57,6 +58,7 @@ class ProtocolSettings:
     cache_dir: str | None = None
     device: str = "auto"
     backbone_overrides: tuple[tuple[str, object], ...] = ()  # e.g. (("max_epochs", 200),)
+    generated_splits: bool = False  # allow split indices beyond the fixed files (drawn from the study seed)
 
     @property
     def label_rate(self) -> float:
@@ -99,7 +101,13 @@ def load_graph(dataset: str, settings: ProtocolSettings) -> GraphData:
 def run_split(run: Run, settings: ProtocolSettings, graph: GraphData | None = None) -> Split:
     graph = graph or load_graph(run.dataset, settings)
     return get_split(run.dataset, graph.y.numpy(), run.split, settings.study_seed, settings.resolved_splits_dir(),
-                     settings.fold_rate, settings.n_folds, settings.test_rate)
+                     settings.fold_rate, settings.n_folds, settings.test_rate, settings.generated_splits)
+
+
+def run_split_sources(dataset: str, splits: Iterable[int], settings: ProtocolSettings) -> dict[int, str]:
+    """Which of ``splits`` come from fixed files and which are generated (ConfigError if not allowed)."""
+    return split_sources(get_spec(dataset).name, list(splits), settings.resolved_splits_dir(), settings.fold_rate,
+                         settings.n_folds, settings.test_rate, settings.generated_splits)
 
 
 def backbone_config(run: Run, settings: ProtocolSettings) -> BackboneConfig:
@@ -165,7 +173,10 @@ def evaluate_calibrator(
     y_test = load_graph(run.dataset, settings).y[test_idx]
     metrics = compute_metrics(probs[test_idx], y_test)
     if predictions_dir is not None:
-        save_predictions(Path(predictions_dir), run, name, probs[test_idx].numpy(), y_test.numpy(), test_idx)
+        # the feature-similarity figure's x axis; prototypes from the training folds, as SimCalib's default
+        distance = nearest_prototype_distance(cg.hidden, cg.labels, cg.train_idx, cg.num_classes, test_idx)
+        save_predictions(Path(predictions_dir), run, name, probs[test_idx].numpy(), y_test.numpy(), test_idx,
+                         distance.cpu().numpy())
     return {
         "dataset": run.dataset, "backbone": run.backbone, "calibrator": name,
         "split": run.split, "init": run.init, "fold": run.fold, "seed": run.seed(settings),
@@ -174,12 +185,14 @@ def evaluate_calibrator(
 
 
 def save_predictions(folder: Path, run: Run, calibrator: str, probs: np.ndarray, labels: np.ndarray,
-                     test_idx: np.ndarray) -> Path:
+                     test_idx: np.ndarray, feature_distance: np.ndarray | None = None) -> Path:
+    """``probs``, ``labels``, ``test_idx`` and (if given) ``feature_distance`` of the test nodes, in one npz."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{run.tag()}_{calibrator}.npz"
     tmp = path.with_name(path.name + ".tmp.npz")
+    extra = {} if feature_distance is None else {"feature_distance": feature_distance.astype(np.float64)}
     np.savez_compressed(tmp, probs=probs.astype(np.float32), labels=labels.astype(np.int64),
-                        test_idx=test_idx.astype(np.int64))
+                        test_idx=test_idx.astype(np.int64), **extra)
     tmp.replace(path)
     return path
 
@@ -355,7 +368,8 @@ def run_benchmark(
 
 
 __all__ = [
-    "AUDIT_COLUMNS", "KEY_COLUMNS", "RESULT_COLUMNS", "BenchmarkRequest", "ProtocolSettings", "Run", "append_rows", "calibration_graph",
-    "evaluate_calibrator", "load_graph", "make_runs", "read_results", "run_benchmark", "run_split", "summarize",
+    "AUDIT_COLUMNS", "KEY_COLUMNS", "RESULT_COLUMNS", "BenchmarkRequest", "ProtocolSettings", "Run", "append_rows",
+    "calibration_graph", "evaluate_calibrator", "load_graph", "make_runs", "read_results", "run_benchmark", "run_split",
+    "run_split_sources", "summarize",
     "train_run_backbone",
 ]

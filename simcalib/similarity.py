@@ -30,6 +30,9 @@ from simcalib.errors import ConfigError
 
 DEFAULT_RIDGE = 0.0  # pseudo-inverse, as Lee et al. (2018)
 
+__all__ = ["DEFAULT_RIDGE", "class_prototypes", "mahalanobis_to_prototypes", "nearest_prototype_distance",
+           "normalized_similarity", "precision_whitener", "shared_covariance"]
+
 
 def class_prototypes(hidden: Tensor, labels: Tensor, num_classes: int) -> tuple[Tensor, Tensor]:
     """Class means of ``hidden`` [n, h] with ``labels`` [n]: (prototypes [K, h], counts [K]), float64.
@@ -95,6 +98,15 @@ def mahalanobis_to_prototypes(hidden: Tensor, labels: Tensor, labelled_idx: Tens
     for k in torch.nonzero(present).flatten().tolist():  # one class at a time: no [N, K, h] tensor
         distances[:, k] = (points - centres[k]).square().sum(dim=1)
     return distances
+
+
+def nearest_prototype_distance(hidden: Tensor, labels: Tensor, labelled_idx: Tensor, num_classes: int,
+                               nodes: Tensor, ridge: float = DEFAULT_RIDGE) -> Tensor:
+    r""":math:`\min_k d(x_i, \hat\mu_k)` for each of ``nodes``: how far a node's features lie from the nearest class
+    prototype (the paper's feature-similarity analysis groups test nodes by it). Arguments as
+    :func:`mahalanobis_to_prototypes`; returns [len(nodes)] float64."""
+    distances = mahalanobis_to_prototypes(hidden, labels, labelled_idx, num_classes, ridge)
+    return distances[torch.as_tensor(nodes, device=distances.device).long()].amin(dim=1)
 
 
 def normalized_similarity(distances: Tensor) -> Tensor:

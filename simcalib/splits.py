@@ -8,10 +8,14 @@ of each class, so a few nodes belong to no set. For split ``s`` and fold ``f``, 
 
 The paper reuses GATS's fixed split files (``gats_5_3f_85``: 5% per fold, 3 folds, 85% test); those are
 loaded when available so runs use the exact published splits, otherwise splits are generated from a seed.
+Where fixed files exist for a dataset and protocol, a split index without a file (e.g. split 7 of 5 files) is
+refused unless generated splits are allowed explicitly: silently drawing it would mix the published splits
+with others in one table. :func:`split_sources` says which splits of a selection are fixed and which drawn.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import zipfile
 from dataclasses import dataclass
@@ -125,6 +129,42 @@ def find_split_file(splits_dir: Path | None, dataset: str, split: int, protocol:
     return None
 
 
+def fixed_split_indices(splits_dir: Path | None, dataset: str, protocol: str) -> list[int]:
+    """The split indices that have a fixed file for (dataset, protocol)."""
+    indices = []
+    for index in range(1000):  # files are numbered 0..n-1 (GATS writes 5)
+        if find_split_file(splits_dir, dataset, index, protocol) is None:
+            break
+        indices.append(index)
+    return indices
+
+
+def split_sources(dataset: str, splits: list[int], splits_dir: Path | None, fold_rate: float = 0.05,
+                  n_folds: int = 3, test_rate: float = 0.85, generated_splits: bool = False) -> dict[int, str]:
+    """``{split: "fixed" | "generated"}`` for the selected splits; a ConfigError (before any work) when that
+    would mix fixed files with generated splits and ``generated_splits`` does not allow it."""
+    protocol = protocol_name(fold_rate, n_folds, test_rate)
+    fixed = fixed_split_indices(splits_dir, dataset, protocol)
+    missing = [s for s in splits if s not in fixed]
+    if fixed and missing and not generated_splits:
+        raise ConfigError(
+            f"{dataset}: split(s) {', '.join(map(str, missing))} have no fixed split file (there are {len(fixed)}: "
+            f"split_0..{len(fixed) - 1} of gats_{protocol} in {splits_dir}); select splits 0..{len(fixed) - 1}, or "
+            "allow generated splits for the others (--generated-splits; study file: runs.generated_splits: true)")
+    return {s: "fixed" if s in fixed else "generated" for s in splits}
+
+
+def record_split_sources(out: Path, sources: dict[int, str]) -> None:
+    """``OUT/splits.json``: which splits came from fixed files and which were generated (merged over runs of
+    the same folder, so a resumed or extended benchmark keeps the record of every split it used)."""
+    out = Path(out)
+    path = out / "splits.json"
+    recorded = json.loads(path.read_text()) if path.is_file() else {}
+    recorded.update({str(split): source for split, source in sources.items()})
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(sorted(recorded.items(), key=lambda kv: int(kv[0]))), indent=1) + "\n")
+
+
 def load_split_file(path: Path, num_nodes: int) -> Split:
     """Load a fixed split (keys ``fold0``.. ``foldK`` and ``test``), validating it against the graph."""
     try:
@@ -158,11 +198,14 @@ def get_split(
     fold_rate: float = 0.05,
     n_folds: int = 3,
     test_rate: float = 0.85,
+    generated_splits: bool = False,
 ) -> Split:
-    """The fixed split file when one exists for this protocol, else a generated one."""
+    """The fixed split file when one exists for this protocol, else a generated one (refused, unless
+    ``generated_splits``, when other splits of this dataset and protocol have fixed files)."""
     protocol = protocol_name(fold_rate, n_folds, test_rate)
     path = find_split_file(splits_dir, dataset, split, protocol)
     if path is not None:
         return load_split_file(path, len(labels))
+    split_sources(dataset, [split], splits_dir, fold_rate, n_folds, test_rate, generated_splits)
     seed = split_seed(study_seed, dataset, split, fold_rate, n_folds)
     return generate_split(labels, seed, fold_rate, n_folds, test_rate)

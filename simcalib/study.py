@@ -7,11 +7,16 @@ A study is the GATS protocol over a set of benchmarks (datasets x backbones) and
     benchmarks: {datasets: [Cora, Citeseer], backbones: [GCN, GAT]}
     calibrators: all                 # or [UnCal, TS], or {TS: {lr: 0.01}, SimCalib: tuned}
     runs: {splits: 1, inits: 1, folds: 3, label_rate: 0.15}   # a count (0..n-1) or a list of indices
+                                     # label_rate: one rate, or a list (a sweep: every benchmark at each rate)
+                                     # generated_splits: false (true: splits beyond the fixed files are drawn)
     backbone: {}                     # BackboneConfig overrides, e.g. {max_epochs: 200}
     data: {mirror: null, root: null, splits_dir: null, cache_dir: null}   # null: environment / defaults
     output: results/quick            # per benchmark: <output>/<Dataset>_<Backbone>/results.csv
     tracking_uri: null               # null: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db
     task_runner: {kind: threads, workers: 2, address: null, torch_threads: null}
+
+With several label rates, each (rate, benchmark) is written to ``<output>/label_rate_<rate>/<Dataset>_<Backbone>``
+and logged as its own MLflow run ``<Dataset>-<Backbone>-rate<rate>``; one rate keeps the plain layout.
 
 Relative paths are relative to the working directory (the project root). ``tuned`` as a calibrator's
 options reads ``study/tuned/<Dataset>_<Backbone>.yaml`` (:mod:`simcalib.tuning`'s output); ``tuned:NAME``
@@ -28,7 +33,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -51,11 +56,15 @@ class BenchmarksSpec(_Strict):
     backbones: list[str] = Field(default_factory=lambda: ["GCN", "GAT"], min_length=1)
 
 
+LabelRate = Annotated[float, Field(gt=0.0, lt=1.0)]
+
+
 class RunsSpec(_Strict):
     splits: int | list[int] = 5
     inits: int | list[int] = 5
     folds: int | list[int] = 3
-    label_rate: float = Field(default=0.15, gt=0.0, lt=1.0)
+    label_rate: LabelRate | list[LabelRate] = 0.15
+    generated_splits: bool = False  # allow splits beyond the fixed split files (drawn from the study seed)
 
 
 class DataSpec(_Strict):
@@ -157,6 +166,7 @@ class Study:
     splits: list[int]
     inits: list[int]
     folds: list[int]
+    label_rates: list[float] = field(default_factory=lambda: [0.15])
 
     @property
     def name(self) -> str:
@@ -177,22 +187,32 @@ class Study:
     def benchmarks(self) -> list[tuple[str, str]]:
         return [(d, b) for d in self.datasets for b in self.backbones]
 
-    def benchmark_dir(self, dataset: str, backbone: str) -> Path:
-        """Where one benchmark's ``results.csv``, ``summary.csv`` and predictions go."""
+    @property
+    def sweeps_label_rate(self) -> bool:
+        return len(self.label_rates) > 1
+
+    def benchmark_dir(self, dataset: str, backbone: str, label_rate: float | None = None) -> Path:
+        """Where one benchmark's ``results.csv``, ``summary.csv`` and predictions go (one folder per rate
+        when the study sweeps label rates)."""
+        if self.sweeps_label_rate:
+            return self.output / f"label_rate_{label_rate:g}" / f"{dataset}_{backbone}"
         return self.output / f"{dataset}_{backbone}"
 
     def runs_per_benchmark(self) -> int:
         return len(self.splits) * len(self.inits) * len(self.folds)
 
-    def settings(self):
-        """The :class:`simcalib.protocol.ProtocolSettings` of every run of the study."""
+    def settings(self, label_rate: float | None = None):
+        """The :class:`simcalib.protocol.ProtocolSettings` of the study's runs at ``label_rate`` (default: its
+        first, the only one unless the study sweeps rates)."""
         from simcalib.protocol import ProtocolSettings
 
         data = self.spec.data
+        rate = self.label_rates[0] if label_rate is None else label_rate
         return ProtocolSettings(
-            study_seed=self.spec.seed, fold_rate=self.spec.runs.label_rate / N_FOLDS, n_folds=N_FOLDS,
+            study_seed=self.spec.seed, fold_rate=rate / N_FOLDS, n_folds=N_FOLDS,
             data_root=data.root, mirror=data.mirror, splits_dir=data.splits_dir, cache_dir=data.cache_dir,
             device=self.spec.device, backbone_overrides=tuple(sorted(self.spec.backbone.items())),
+            generated_splits=self.spec.runs.generated_splits,
         )
 
     def line(self, path: Iterable[str | int]) -> int | None:
@@ -277,6 +297,15 @@ def _indices(value: int | list[int], key: str, study_where) -> list[int]:
     if any(i < 0 for i in indices) or len(set(indices)) != len(indices):
         raise ConfigError(f"{study_where(('runs', key))}: indices must be distinct and >= 0, got {indices}")
     return indices
+
+
+def _label_rates(value: float | list[float], study_where) -> list[float]:
+    rates = [value] if isinstance(value, float) else list(value)
+    if not rates:
+        raise ConfigError(f"{study_where(('runs', 'label_rate'))}: an empty list; give a rate in (0, 1) or a list")
+    if len({round(r, 9) for r in rates}) != len(rates):
+        raise ConfigError(f"{study_where(('runs', 'label_rate'))}: rates must be distinct, got {rates}")
+    return rates
 
 
 def _check_names(study: Study) -> None:
@@ -372,6 +401,7 @@ def study_from_dict(data: dict, source: str = "<study>", lines: dict[Path_, int]
     study.splits = _indices(spec.runs.splits, "splits", study.where)
     study.inits = _indices(spec.runs.inits, "inits", study.where)
     study.folds = _indices(spec.runs.folds, "folds", study.where)
+    study.label_rates = _label_rates(spec.runs.label_rate, study.where)
     if max(study.folds) >= N_FOLDS:
         raise ConfigError(f"{study.where(('runs', 'folds'))}: folds are 0..{N_FOLDS - 1} (the protocol has "
                           f"{N_FOLDS} labelled folds), got {study.folds}")
@@ -407,17 +437,21 @@ def _overridden(path: Path_, overrides: dict) -> bool:
 
 @dataclass
 class BenchmarkPlan:
-    """One benchmark of a study: its runs and its calibrators with resolved options."""
+    """One benchmark of a study at one label rate: its runs, protocol settings and calibrators with resolved
+    options. ``variant`` tells the rates of a sweep apart (``-rate0.05``; empty for a single rate)."""
 
     dataset: str
     backbone: str
     runs: list  # [simcalib.protocol.Run]
     calibrators: list[tuple[str, dict]]  # (canonical name, options)
     out_dir: Path
+    settings: Any = None  # simcalib.protocol.ProtocolSettings of these runs
+    variant: str = ""
+    split_sources: dict[int, str] = field(default_factory=dict)  # split -> "fixed" | "generated"
 
     @property
     def name(self) -> str:
-        return f"{self.dataset}-{self.backbone}"
+        return f"{self.dataset}-{self.backbone}{self.variant}"
 
 
 def plan_study(study: Study) -> list[BenchmarkPlan]:
@@ -425,7 +459,7 @@ def plan_study(study: Study) -> list[BenchmarkPlan]:
     once, so missing or corrupt data fails here, naming the study line."""
     from simcalib.calibrators import build_calibrator
     from simcalib.data import get_spec
-    from simcalib.protocol import load_graph, make_runs
+    from simcalib.protocol import load_graph, make_runs, run_split_sources
 
     settings = study.settings()
     for index, dataset in enumerate(study.datasets):
@@ -446,7 +480,15 @@ def plan_study(study: Study) -> list[BenchmarkPlan]:
                                       f"{dataset}/{backbone}: {exc}") from None
             calibrators.append((calibrator.name, options))
         runs = make_runs(dataset, backbone, study.splits, study.inits, study.folds)
-        plans.append(BenchmarkPlan(dataset, backbone, runs, calibrators, study.benchmark_dir(dataset, backbone)))
+        for rate in study.label_rates:
+            settings = study.settings(rate)
+            try:
+                sources = run_split_sources(dataset, study.splits, settings)
+            except ConfigError as exc:
+                raise ConfigError(f"{study.where(('runs', 'splits'))}: {exc}") from None
+            variant = f"-rate{rate:g}" if study.sweeps_label_rate else ""
+            plans.append(BenchmarkPlan(dataset, backbone, runs, calibrators, study.benchmark_dir(dataset, backbone, rate),
+                                       settings, variant, sources))
     return plans
 
 

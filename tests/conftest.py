@@ -115,8 +115,10 @@ class HeadlessChromium:
                        f"--virtual-time-budget={wait_ms}", *flags, url]
             return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=True)
 
-    def dom(self, url: str, wait_ms: int = 15000, timeout: float = 120) -> str:
-        return self._run(url, "--dump-dom", wait_ms=wait_ms, timeout=timeout).stdout
+    def dom(self, url: str, wait_ms: int = 15000, timeout: float = 120, size: tuple[int, int] | None = None) -> str:
+        """The rendered DOM; ``size`` (width, height) for pages that render only what fits (virtualised tables)."""
+        flags = ("--dump-dom",) + ((f"--window-size={size[0]},{size[1]}",) if size else ())
+        return self._run(url, *flags, wait_ms=wait_ms, timeout=timeout).stdout
 
     def screenshot(self, url: str, path: Path, size: tuple[int, int] = (1400, 1000), wait_ms: int = 15000,
                    timeout: float = 120) -> Path:

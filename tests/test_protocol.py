@@ -107,3 +107,32 @@ def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_r
     both = pd.read_csv(path)
     assert list(both.columns[:len(RESULT_COLUMNS)]) == RESULT_COLUMNS and len(both) == 2
     assert both["ece"].tolist() == [1, 2] and pd.isna(both.loc[0, "w"]) and both.loc[1, "w"] == 0.8
+
+
+def test_saved_predictions_carry_the_feature_distance_the_similarity_figure_groups_by(settings, tmp_path):
+    import numpy as np
+    import torch
+
+    from simcalib.protocol import calibration_graph, train_run_backbone
+    from simcalib.report.figures import feature_similarity_figure, similarity_groups, similarity_summary
+    from simcalib.report.results import index_predictions, load_predictions
+    from simcalib.similarity import mahalanobis_to_prototypes
+
+    run, out = Run("Cora", "GCN", 0, 0, 0), tmp_path / "Cora_GCN" / "predictions"
+    for calibrator, options in (("UnCal", {}), ("GATS", {}), ("SimCalib", {"w": 0.8, "t": 0.5})):  # no grid: quick
+        evaluate_calibrator(run, settings, calibrator, options, predictions_dir=out)
+    saved = load_predictions(out / "Cora_GCN_s0_i0_f0_UnCal.npz")
+    graph, test_idx = calibration_graph(run, settings, train_run_backbone(run, settings))
+    # squared Mahalanobis distance to the nearest prototype, prototypes from the training folds only
+    expected = mahalanobis_to_prototypes(graph.hidden, graph.labels, graph.train_idx, graph.num_classes)
+    assert saved.feature_distance.shape == (len(test_idx),)
+    assert np.allclose(saved.feature_distance, expected[torch.as_tensor(test_idx)].min(dim=1).values.numpy())
+    assert np.ptp(saved.feature_distance) > 0
+
+    groups = similarity_groups(index_predictions(tmp_path, pd.DataFrame()))
+    assert groups is not None and sorted(groups["group"].unique()) == [1, 2, 3, 4, 5]
+    summary = similarity_summary(groups)
+    assert set(summary["calibrator"]) == {"UnCal", "GATS", "SimCalib"}
+    assert (summary.loc[summary["calibrator"] == "UnCal", "improvement"] == 0).all()
+    figure = feature_similarity_figure(summary)
+    assert [ax.get_title() for ax in figure.axes if ax.get_visible()][0] == "Cora GCN (1 runs)"

@@ -1,8 +1,18 @@
+import json
+
 import numpy as np
 import pytest
 
 from simcalib.errors import ConfigError, DataCorruptError
-from simcalib.splits import find_split_file, generate_split, get_split, load_split_file, protocol_name
+from simcalib.splits import (
+    find_split_file,
+    generate_split,
+    get_split,
+    load_split_file,
+    protocol_name,
+    record_split_sources,
+    split_sources,
+)
 
 LABELS = np.repeat(np.arange(5), [40, 61, 17, 120, 33])
 
@@ -83,3 +93,24 @@ def test_a_split_file_for_another_graph_is_reported(tmp_path):
     path.write_bytes(b"not a zip")
     with pytest.raises(DataCorruptError, match="unreadable"):
         load_split_file(path, num_nodes=100)
+
+
+def test_a_split_index_beyond_the_fixed_files_is_refused_unless_generated_splits_are_allowed(splits_dir):
+    labels = np.repeat(np.arange(7), 400)
+    with pytest.raises(ConfigError) as info:
+        get_split("Cora", labels, 7, 10, splits_dir)
+    message = str(info.value)
+    assert "\n" not in message and "there are 5" in message and "--generated-splits" in message
+    with pytest.raises(ConfigError, match=r"split\(s\) 5, 8 have no fixed split file"):
+        split_sources("Cora", [0, 5, 8], splits_dir)
+    assert get_split("Cora", labels, 7, 10, splits_dir, generated_splits=True).source.startswith("generated")
+    assert split_sources("Cora", [4, 5], splits_dir, generated_splits=True) == {4: "fixed", 5: "generated"}
+    # no fixed files for this protocol at all: every split is generated, nothing is mixed
+    assert split_sources("Cora", [0, 7], splits_dir, fold_rate=0.01) == {0: "generated", 7: "generated"}
+
+
+def test_which_splits_were_generated_is_recorded_beside_the_results(tmp_path):
+    record_split_sources(tmp_path / "out", {0: "fixed", 5: "generated"})
+    record_split_sources(tmp_path / "out", {6: "generated"})  # a resumed, extended benchmark keeps both records
+    assert json.loads((tmp_path / "out" / "splits.json").read_text()) == {"0": "fixed", "5": "generated",
+                                                                          "6": "generated"}

@@ -125,3 +125,28 @@ def test_the_shipped_study_files():
     assert names == ["UnCal", "TS", "VS", "ETS", "CaGCN", "GATS", "SimCalib",
                      "SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n"]
     assert [c.name for c in offline.calibrators] == names
+
+
+def test_a_list_of_label_rates_plans_every_benchmark_at_each_rate(tmp_path, mirror_dir):
+    text = VALID.replace("label_rate: 0.15", "label_rate: [0.01, 0.15]") + f"data: {{mirror: {mirror_dir}}}\n"
+    study = load_study(write(tmp_path, text))
+    assert study.label_rates == [0.01, 0.15] and study.runs_per_benchmark() == 4
+    plans = plan_study(study)
+    assert [(p.name, p.out_dir, round(p.settings.label_rate, 6)) for p in plans] == [
+        ("Cora-GCN-rate0.01", Path("out/t/label_rate_0.01/Cora_GCN"), 0.01),
+        ("Cora-GCN-rate0.15", Path("out/t/label_rate_0.15/Cora_GCN"), 0.15),
+        ("Citeseer-GCN-rate0.01", Path("out/t/label_rate_0.01/Citeseer_GCN"), 0.01),
+        ("Citeseer-GCN-rate0.15", Path("out/t/label_rate_0.15/Citeseer_GCN"), 0.15)]
+    assert error_of(tmp_path, VALID.replace("label_rate: 0.15", "label_rate: [0.05, 0.05]")).endswith(
+        "study.yaml:8: runs.label_rate: rates must be distinct, got [0.05, 0.05]")
+    assert "runs.label_rate" in error_of(tmp_path, VALID.replace("label_rate: 0.15", "label_rate: [0.05, 1.5]"))
+
+
+def test_splits_beyond_the_fixed_files_are_refused_before_work_unless_allowed(tmp_path, mirror_dir, splits_dir):
+    text = VALID.replace("splits: [0, 3]", "splits: 7") + f"data: {{mirror: {mirror_dir}, splits_dir: {splits_dir}}}\n"
+    study = load_study(write(tmp_path, text))
+    with pytest.raises(ConfigError, match=r"study.yaml:8: runs.splits: Cora: split\(s\) 5, 6 have no fixed split file"):
+        plan_study(study)
+    allowed = load_study(write(tmp_path, text.replace("splits: 7", "splits: 7, generated_splits: true")))
+    sources = plan_study(allowed)[0].split_sources
+    assert [s for s, source in sources.items() if source == "generated"] == [5, 6]

@@ -36,6 +36,9 @@ def register(sub) -> None:
     bench.add_argument("--out", default=None, help="output folder (default: results/<dataset>_<backbone>)")
     bench.add_argument("--save-predictions", action="store_true", help="also save test probabilities per run and calibrator")
     bench.add_argument("--splits-dir", help="fixed GATS split files (default: $SIMCALIB_SPLITS_DIR; absent: generated)")
+    bench.add_argument("--generated-splits", action="store_true",
+                       help="allow split indices without a fixed split file (e.g. --splits 9 with 5 files): they are drawn "
+                            "from the seed by the same rule; without it such a selection is refused")
     bench.add_argument("--cache-dir", help="backbone cache (default: $SIMCALIB_CACHE_DIR or .cache/simcalib)")
     bench.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     bench.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
@@ -55,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.calibrators import canonical_calibrator
     from simcalib.data import get_spec
     from simcalib.errors import ConfigError
-    from simcalib.protocol import BenchmarkRequest, run_benchmark, summarize
+    from simcalib.protocol import BenchmarkRequest, run_benchmark, run_split_sources, summarize
+    from simcalib.splits import record_split_sources
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
@@ -69,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     settings = protocol_settings(args, fold_rate)
     out = Path(args.out or f"results/{dataset}_{backbone}")
     request = BenchmarkRequest(dataset, backbone, calibrators, args.splits, args.inits, args.folds)
+    record_split_sources(out, run_split_sources(dataset, args.splits, settings))  # refuses a fixed/generated mix
     progress = None if args.no_progress else (lambda runs: tqdm(runs, desc=f"{dataset}-{backbone}", unit="run"))
     try:
         with sigterm_as_interrupt():

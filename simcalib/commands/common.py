@@ -35,7 +35,8 @@ def protocol_settings(args: argparse.Namespace, fold_rate: float = 0.05):
     overrides = (("max_epochs", args.max_epochs),) if args.max_epochs else ()
     return ProtocolSettings(study_seed=args.seed, fold_rate=fold_rate, data_root=args.data_root,
                             mirror=args.data_mirror, splits_dir=args.splits_dir, cache_dir=args.cache_dir,
-                            device=args.device, backbone_overrides=overrides)
+                            device=args.device, backbone_overrides=overrides,
+                            generated_splits=getattr(args, "generated_splits", False))
 
 
 @contextlib.contextmanager

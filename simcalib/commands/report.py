@@ -4,6 +4,10 @@ The source is a results folder (every ``results.csv`` below it is read) or a stu
 its output folder. The report goes to ``--out`` (default ``reports/<name>``). ``--flow`` runs the same steps
 as the Prefect flow ``report``; either way the folder is logged to MLflow when ``--tracking-uri`` or
 ``$MLFLOW_TRACKING_URI`` is set.
+
+``simcalib report --every reports/reports.yaml`` (``make report``) re-renders every report folder listed in
+that manifest from its committed ``results.csv`` files, each with its own title and split selection; figures
+that need the (uncommitted) test predictions are kept from the earlier rendering and labelled so.
 """
 
 from __future__ import annotations
@@ -20,8 +24,12 @@ def register(sub) -> None:
     report = sub.add_parser("report", help="tables, significance tests, figures and theory check of a study's results",
                             description="Build report.md and report.html (figures inline) from results files; "
                                         "never retrains.")
-    report.add_argument("source", metavar="RESULTS_DIR_OR_STUDY",
+    report.add_argument("source", metavar="RESULTS_DIR_OR_STUDY", nargs="?",
                         help="a results folder (all results.csv below it) or a study YAML file")
+    report.add_argument("--every", metavar="MANIFEST", default=None,
+                        help="re-render every report listed in MANIFEST (e.g. reports/reports.yaml) from its results")
+    report.add_argument("--keep-figures", action="store_true",
+                        help="keep figures of an earlier rendering that need saved predictions not present here")
     report.add_argument("--out", default=None, help="output folder (default: reports/<study or folder name>)")
     report.add_argument("--paper-dir", default=None,
                         help="folder of the paper's table*.csv (default: $SIMCALIB_PAPER_DIR; absent: comparison skipped)")
@@ -57,7 +65,48 @@ def study_output(path: Path) -> tuple[Path, str]:
     return study.output, study.name
 
 
+MANIFEST_KEYS = {"results", "out", "title", "splits"}
+
+
+def read_manifest(path: str | os.PathLike) -> list[dict]:
+    """The reports of a manifest: a YAML list of {results, out, title, splits (optional)}, paths relative to
+    the working directory (the project root)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"report manifest {path} does not exist; see reports/reports.yaml")
+    entries = yaml.safe_load(path.read_text())
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{path}: expected a list of reports, each with results, out and title")
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not {"results", "out", "title"} <= set(entry) or set(entry) - MANIFEST_KEYS:
+            raise ConfigError(f"{path}: entry {index} must have the keys results, out, title (and optionally "
+                              f"splits), got {entry!r}")
+        if not Path(entry["results"]).is_dir():
+            raise DataMissingError(f"{path}: entry {index}: results folder {entry['results']} does not exist")
+    return entries
+
+
+def run_every(args: argparse.Namespace) -> int:
+    from simcalib.report import build_report
+
+    command = f"`make report` (= `simcalib report --every {args.every}`)"
+    for entry in read_manifest(args.every):
+        md = build_report(entry["results"], entry["out"], args.paper_dir, entry["title"], args.theory_reps, args.seed,
+                          splits=entry.get("splits"), keep_figures=True, regenerate=command).report_md
+        print(f"report: {md}", flush=True)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.every:
+        if args.source or args.out or args.title or args.splits:
+            raise ConfigError("--every takes each report's source, --out, --title and --splits from the manifest; "
+                              "drop them from the command line")
+        return run_every(args)
+    if args.source is None:
+        raise ConfigError("name a results folder or study file to report on (or --every MANIFEST)")
     results_dir, name = resolve_source(args.source)
     out = Path(args.out or Path("reports") / name)
     if args.theory_reps < 10:
@@ -72,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         from simcalib.report import build_report
 
         md = build_report(results_dir, out, args.paper_dir, title, args.theory_reps, args.seed,
-                          splits=args.splits).report_md
+                          splits=args.splits, keep_figures=args.keep_figures).report_md
         if args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"):
             from flows.report import log_report_to_mlflow
 

@@ -69,10 +69,11 @@ def check_study(args: argparse.Namespace) -> int:
     print(f"study {study.name} ({study.source}): {study.spec.description}".rstrip(": "))
     print(f"  benchmarks   {len(study.benchmarks())}: " + ", ".join(f"{d}/{b}" for d, b in study.benchmarks()))
     print(f"  runs         {study.runs_per_benchmark()} per benchmark (splits {study.splits}, inits {study.inits}, "
-          f"folds {study.folds}; label rate {study.spec.runs.label_rate:g})")
+          f"folds {study.folds}; label rate {', '.join(f'{r:g}' for r in study.label_rates)}"
+          + (", each benchmark at every rate" if study.sweeps_label_rate else "") + ")")
     print("  calibrators  " + ", ".join(c.name + (f" (tuned:{c.tuned_from})" if c.tuned_from else "")
                                        for c in study.calibrators))
-    runs = len(study.benchmarks()) * study.runs_per_benchmark()
+    runs = len(study.benchmarks()) * len(study.label_rates) * study.runs_per_benchmark()
     print(f"  tasks        {runs} pretrain + {runs * len(study.calibrators)} calibrate")
     print(f"  runner       {study.spec.task_runner.kind} x {study.spec.task_runner.workers}")
     print(f"  output       {study.output}\n  tracking     {study.tracking_uri} (experiment {study.experiment_name})")
@@ -119,10 +120,13 @@ def print_outcome(result: dict) -> None:
           f"calibrate {tasks['calibrate']['computed']} computed, {tasks['calibrate']['cached']} cached")
     print(f"results: {result['output']}/<Dataset>_<Backbone>/results.csv and summary.csv "
           f"({len(result['benchmarks'])} benchmarks)")
+    from flows.tracking import runs_table_url
+
     uri = result["tracking_uri"]
     print(f"MLflow:  experiment {result['experiment']!r} in {uri}\n"
           f"         view it: `simcalib ui` (all dashboards) or "
-          f"`mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000`, then open http://127.0.0.1:5000")
+          f"`mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000`, then open\n"
+          f"         {runs_table_url('http://127.0.0.1:5000', result['experiment_id'])}")
     report = result.get("report")
     if report:
         html = Path(report).with_suffix(".html")

@@ -70,6 +70,9 @@ def register(sub) -> None:
     protocol = tune.add_argument_group("protocol")
     protocol.add_argument("--seed", type=int, default=10, help="study seed (the paper's: 10)")
     protocol.add_argument("--splits-dir", help="fixed GATS split files (default: $SIMCALIB_SPLITS_DIR; absent: generated)")
+    protocol.add_argument("--generated-splits", action="store_true",
+                          help="allow split indices without a fixed split file (e.g. --splits 9 with 5 files): they are drawn "
+                               "from the seed by the same rule; without it such a selection is refused")
     protocol.add_argument("--cache-dir", help="backbone cache (default: $SIMCALIB_CACHE_DIR or .cache/simcalib)")
     protocol.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     protocol.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")

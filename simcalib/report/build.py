@@ -150,14 +150,25 @@ class FigureSet:
     similarity: pd.DataFrame | None = None  # group ECEs behind the feature-similarity figure
 
 
-def make_figures(study: StudyResults, out_dir: Path) -> FigureSet:
+KEPT_FIGURE = (" (Kept from an earlier rendering of this folder: it is drawn from saved test predictions, "
+               "which are not committed; the numbers above are recomputed.)")
+
+
+def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False) -> FigureSet:
+    """The study's figures; with ``keep_existing``, a figure that cannot be drawn here (no saved predictions)
+    but exists in ``out_dir/figures`` from an earlier rendering is kept and labelled as such."""
     folder = Path(out_dir) / "figures"
     predictions = study.main_predictions()
     entries = []
 
     def add(stem: str, title: str, caption: str, fig, note: str) -> None:
-        paths = figs.save_figure(fig, folder, stem) if fig is not None else []
-        entries.append(FigureEntry(stem, title, caption, paths, "" if fig is not None else note))
+        if fig is not None:
+            entries.append(FigureEntry(stem, title, caption, figs.save_figure(fig, folder, stem)))
+        elif keep_existing and (folder / f"{stem}.png").is_file():
+            kept = [p for p in (folder / f"{stem}.png", folder / f"{stem}.pdf") if p.is_file()]
+            entries.append(FigureEntry(stem, title, caption + KEPT_FIGURE, kept))
+        else:
+            entries.append(FigureEntry(stem, title, caption, [], note))
 
     no_predictions = "not available: no saved predictions (run `simcalib benchmark ... --save-predictions`)"
     add("reliability_uncal_vs_simcalib", "Reliability diagrams",
@@ -170,8 +181,8 @@ def make_figures(study: StudyResults, out_dir: Path) -> FigureSet:
         "ECE against the label rate (UnCal dashed; mean ± std over runs). Here the label rate sets the whole "
         "labelled set (backbone training folds and calibration fold); the paper reuses one pretrained backbone and "
         "varies only the calibration data.", figs.data_efficiency_figure(study.rows),
-        "not available: no benchmark has results at two or more label rates (run the study files in "
-        "study/data_efficiency/ and report on results/data_efficiency)")
+        "not available: no benchmark has results at two or more label rates (run study/data_efficiency.yaml, "
+        "which sweeps the label rate in one study, and report on results/data_efficiency)")
     groups = figs.similarity_groups(predictions)
     summary = figs.similarity_summary(groups) if groups is not None else None
     add("feature_similarity", "Feature similarity and calibration improvement",
@@ -214,10 +225,14 @@ def _pct(value: float) -> str:
     return "n/a" if value is None or not np.isfinite(value) else f"{100 * value:.1f}%"
 
 
-def overview_blocks(study: StudyResults, paper: PaperTables, title: str) -> list[Block]:
+def overview_blocks(study: StudyResults, paper: PaperTables, title: str, regenerate: str | None = None) -> list[Block]:
     rows = study.rows
-    blocks: list[Block] = [Heading(1, title), Paragraph(f"Results read from `{study.root}` ({len(rows)} rows, "
-                                                        f"{rows['source'].nunique() if len(rows) else 0} results files).")]
+    blocks: list[Block] = [Heading(1, title)]
+    if regenerate:
+        blocks.append(Paragraph(f"**Regenerate** every number in this report from the committed `results.csv` "
+                                f"files with one command: {regenerate}."))
+    blocks.append(Paragraph(f"Results read from `{study.root}` ({len(rows)} rows, "
+                            f"{rows['source'].nunique() if len(rows) else 0} results files)."))
     if len(rows):
         main = study.main_rows()
         runs = main.groupby(["dataset", "backbone"])[["split", "init", "fold"]].apply(
@@ -261,9 +276,29 @@ def table_blocks(tables: TableSet) -> list[Block]:
                    f"within one std; mean difference {s['mean_diff']:+.2f}."
                    if s["with_std"] else "no paper std to compare with." if s["ran"] else "nothing to compare yet.")),
                 _table_or_note(comparison)]
+            far = far_from_paper(comparison)
+            if far is not None:
+                blocks.append(far)
         elif table.spec.paper_key:
             blocks.append(Paragraph(f"_Paper comparison skipped: the paper's {table.spec.paper_key} is not loaded._"))
     return blocks
+
+
+def far_from_paper(comparison: ComparisonTable, threshold: float = 1.0) -> Paragraph | None:
+    """A sentence naming every cell more than ``threshold`` paper stds from the paper (largest first), or None."""
+    long = comparison.long
+    far = long[(long["runs"] > 0) & np.isfinite(long["z"]) & (long["z"].abs() > threshold)]
+    if far.empty:
+        return None
+    far = far.reindex(far["z"].abs().sort_values(ascending=False).index)
+    d = comparison.spec.digits
+    cells = [f"{r.dataset} {r.backbone} {r.method} {r.ours_mean:.{d}f} vs {r.paper_mean:.{d}f} ({r.z:+.1f} std)"
+             for r in far.itertuples()]
+    below = int((far["z"] < 0).sum())
+    return Paragraph(
+        f"**More than {threshold:g} paper std from the paper: {len(far)} cell(s)** ({below} below it, "
+        f"{len(far) - below} above): " + "; ".join(cells) + ". What was checked about the largest gaps is in "
+        "`reports/README.md` (section on the measured gaps).")
 
 
 def significance_blocks(sig: Significance) -> list[Block]:
@@ -356,9 +391,10 @@ def theory_blocks(result: TheoryResult, out_dir: Path) -> list[Block]:
 
 
 def assemble(study: StudyResults, paper: PaperTables, tables: TableSet, sig: Significance, figures: FigureSet,
-             theory_result: TheoryResult, out_dir: Path, title: str) -> list[Block]:
+             theory_result: TheoryResult, out_dir: Path, title: str, regenerate: str | None = None) -> list[Block]:
     out_dir = Path(out_dir)
-    return [*overview_blocks(study, paper, title), *table_blocks(tables), *grid_choice_blocks(study), *significance_blocks(sig),
+    return [*overview_blocks(study, paper, title, regenerate), *table_blocks(tables), *grid_choice_blocks(study),
+            *significance_blocks(sig),
             *figure_blocks(figures, out_dir), *theory_blocks(theory_result, out_dir)]
 
 
@@ -374,21 +410,25 @@ class ReportOutputs:
 
 def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike, paper_dir: str | os.PathLike | None = None,
                  title: str | None = None, theory_reps: int = 2000, seed: int = 10,
-                 theory_grid: dict | None = None, splits: Sequence[int] | None = None) -> ReportOutputs:
+                 theory_grid: dict | None = None, splits: Sequence[int] | None = None, keep_figures: bool = False,
+                 regenerate: str | None = None) -> ReportOutputs:
     """Everything above in order; returns the paths written. ``splits`` restricts every table, test and
-    figure to those splits' runs (e.g. the splits never looked at while choosing defaults)."""
+    figure to those splits' runs (e.g. the splits never looked at while choosing defaults); ``keep_figures``
+    keeps figures of an earlier rendering that need predictions not present here; ``regenerate`` is the
+    command that re-renders the report (Markdown), stated at its top."""
     out_dir = Path(out_dir)
     study, paper = load_inputs(results_dir, paper_dir, splits)
     tables = build_tables(study, paper)
     files = write_tables(tables, out_dir) + write_grid_choices(study, out_dir)
     sig = compute_significance(study, tables, paper)
     files += write_significance(sig, out_dir)
-    figures = make_figures(study, out_dir)
+    figures = make_figures(study, out_dir, keep_figures)
     files += [p for e in figures.entries for p in e.paths]
     theory_result = run_theory(out_dir, theory_reps, seed, theory_grid)
     files += theory_result.paths
     title = title or f"SimCalib study report: {Path(results_dir).name}"
-    md, page = write_report(assemble(study, paper, tables, sig, figures, theory_result, out_dir, title), out_dir, title)
+    md, page = write_report(assemble(study, paper, tables, sig, figures, theory_result, out_dir, title, regenerate),
+                            out_dir, title)
     return ReportOutputs(out_dir, md, page, [md, page, *files], sig, theory_result.table)
 
 

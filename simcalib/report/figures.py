@@ -40,7 +40,7 @@ def save_figure(fig: Figure, folder: Path, stem: str) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{stem}.png", folder / f"{stem}.pdf"]
     fig.savefig(paths[0], dpi=150)
-    fig.savefig(paths[1])
+    fig.savefig(paths[1], metadata={"CreationDate": None})  # no timestamp: a re-rendered report is byte-identical
     return paths
 
 

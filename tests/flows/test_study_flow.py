@@ -104,6 +104,26 @@ def test_changed_options_recompute_only_that_calibrator(reference, study_env):
     assert result["tasks"]["pretrain"]["cached"] == 3
 
 
+def test_a_label_rate_sweep_in_one_study_gives_the_data_efficiency_figure(study_env, prefect_api):
+    from flows.study import study_flow
+    from simcalib.report.figures import data_efficiency_figure
+    from simcalib.report.results import load_study_results
+
+    path = study_env.write("sweep", calibrators=["UnCal", "TS", "ETS"], backbone={"max_epochs": 5},
+                           runs={"splits": 1, "inits": 1, "folds": [0], "label_rate": [0.03, 0.15]})
+    result = study_flow(str(path))
+    out = Path(result["output"])
+    assert sorted(str(Path(b["results"]).relative_to(out)) for b in result["benchmarks"]) == [
+        "label_rate_0.03/Cora_GCN/results.csv", "label_rate_0.15/Cora_GCN/results.csv"]
+    assert (out / "label_rate_0.03" / "Cora_GCN" / "splits.json").read_text().count("generated") == 1  # no 3% files
+    runs = MlflowClient(result["tracking_uri"]).search_runs([result["experiment_id"]], "tags.`simcalib.role` = 'benchmark'")
+    assert sorted(r.info.run_name for r in runs) == ["Cora-GCN-rate0.03", "Cora-GCN-rate0.15"]
+    rows = load_study_results(out).rows
+    assert sorted(rows["label_rate"].round(6).unique()) == [0.03, 0.15]
+    figure = data_efficiency_figure(rows)
+    assert figure is not None and [ax.get_title() for ax in figure.axes if ax.get_visible()][0] == "Cora GCN"
+
+
 def _start(study_file: Path, api_url: str, home: Path) -> subprocess.Popen:
     env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_HOME": str(home), "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)], cwd=PROJECT_ROOT,

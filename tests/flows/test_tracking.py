@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -15,6 +16,7 @@ from flows.tracking import (
     StudyTracker,
     artifact_location,
     calibrator_hyperparameters,
+    runs_table_url,
 )
 from simcalib.metrics import METRIC_NAMES
 from simcalib.protocol import summarize
@@ -56,6 +58,22 @@ def test_concurrent_logging_neither_loses_nor_duplicates_runs(tmp_path):
         children = runs[runs["parent"] == parent["id"]]
         assert sorted(children["name"]) == sorted(f"{parent['name']}-{c}" for c in CALIBRATORS)
     assert len(runs) == len(datasets) * (1 + len(CALIBRATORS))
+
+
+def test_the_study_experiment_opens_as_a_model_training_runs_table(tmp_path):
+    tracker = StudyTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "study-t")
+    tracker.log_benchmark(record("Cora"))
+    tags = tracker.client.get_experiment(tracker.experiment_id).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+    view = json.loads(tags["mlflow.sharedViewState.simcalib"])
+    assert view["selectedColumns"] == ["params.`calibrator`", "metrics.`ece_mean`", "metrics.`ace_mean`",
+                                       "metrics.`nll_mean`", "metrics.`accuracy_mean`", "metrics.`ece_std`"]
+    assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "simcalib.benchmark"}]
+    shown = tracker.client.search_runs([tracker.experiment_id], view["searchFilter"])  # the table's rows
+    assert sorted(r.info.run_name for r in shown) == [f"Cora-GCN-{c}" for c in sorted(CALIBRATORS)]
+    assert runs_table_url("http://127.0.0.1:5000/", tracker.experiment_id) == (
+        f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs"
+        "?workflowType=machine_learning&viewStateShareKey=simcalib")
 
 
 def test_new_results_replace_the_benchmark_run(tmp_path):

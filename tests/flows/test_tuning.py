@@ -1,5 +1,6 @@
 """The Optuna glue: persistent and resumable studies, seeded sampling, pruning, grid, tuned-file output."""
 
+import json
 from pathlib import Path
 
 import optuna
@@ -150,6 +151,9 @@ def test_trials_are_logged_to_mlflow(request_for, tiny_protocol, tmp_path):
     client = mlflow.MlflowClient(uri)
     experiment = client.get_experiment_by_name("Cora_GCN_TS")
     assert experiment.artifact_location == (tmp_path / "mlartifacts").resolve().as_uri()  # as the study flow's
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # the UI's "Model training"
+    view = json.loads(experiment.tags["mlflow.sharedViewState.simcalib"])
+    assert view["selectedColumns"] == ["metrics.`nll`"] and view["orderByKey"] == "metrics.`nll`"
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 2
     for run in runs:

@@ -17,8 +17,10 @@ from process_helpers import read_until
 from study_helpers import PROJECT_ROOT
 
 from flows.services import free_port, port_in_use
+from flows.tracking import runs_table_url
 
 SERVICES = ("mlflow", "optuna", "prefect")
+GENAI_OVERVIEW = "No data available for the selected time range"  # MLflow 3's trace charts, empty here
 
 
 @contextmanager
@@ -52,17 +54,36 @@ def test_browser_finds_the_study_runs_in_the_mlflow_ui(reference, chromium, arti
         assert mlflow_url in printed
         client = MlflowClient(mlflow_url)  # the REST API of the UI's server
         experiment = client.get_experiment_by_name(reference.result["experiment"])
+        assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
         names = sorted(r.info.run_name for r in client.search_runs([experiment.experiment_id]))
         assert names == ["Cora-GCN", "Cora-GCN-ETS", "Cora-GCN-TS", "Cora-GCN-UnCal", "Cora-GCN-VS"]
 
-        page = f"{mlflow_url}/#/experiments/{experiment.experiment_id}/runs"
-        dom = chromium.dom(page)
-        assert "Cora-GCN" in dom and "matching runs" in dom  # rendered by the UI's JavaScript from the API
+        # The link the study prints: the runs table (not the GenAI overview of traces), the calibrators' runs
+        # grouped by benchmark, one row each, with the stored view's columns; rendered by the UI's JavaScript.
+        page = runs_table_url(mlflow_url, experiment.experiment_id)
+        assert page in reference_printout(reference, mlflow_url)
+        dom = chromium.dom(page, size=(2400, 1000))  # wide: the table renders only the columns that fit
+        assert "matching runs" in dom and GENAI_OVERVIEW not in dom and "Group: Cora-GCN" in dom
+        assert all(f"Cora-GCN-{c}" in dom for c in ("UnCal", "TS", "VS", "ETS"))
+        assert all(column in dom for column in ("ece_mean", "ace_mean", "nll_mean", "accuracy_mean"))
         png = chromium.screenshot(page, artifacts_dir / "mlflow_ui_study_runs.png")
         from matplotlib.image import imread
 
         pixels = imread(png)
         assert pixels.shape[:2] == (1000, 1400) and pixels.std() > 0.05  # a rendered page, not a blank one
+
+
+def reference_printout(reference, mlflow_url: str) -> str:
+    """What `simcalib study run` prints about MLflow for the reference study, with the UI at ``mlflow_url``."""
+    import contextlib
+    import io
+
+    from simcalib.commands.study import print_outcome
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        print_outcome(reference.result)
+    return printed.getvalue().replace("http://127.0.0.1:5000", mlflow_url)
 
 
 @pytest.mark.slow

@@ -65,3 +65,51 @@ def test_a_study_file_resolves_to_its_output_folder_and_name(tmp_path):
                      f"output: {tmp_path / 'out'}\n")
     assert resolve_source(str(study)) == (tmp_path / "out", "tiny")
     assert resolve_source(str(tmp_path)) == (tmp_path, tmp_path.name)
+
+
+def test_cells_more_than_one_paper_std_away_are_named_in_a_sentence_from_the_numbers():
+    import numpy as np
+    import pandas as pd
+
+    from simcalib.report.build import far_from_paper
+    from simcalib.report.tables import TABLE_SPECS, ComparisonTable
+
+    long = pd.DataFrame([
+        ("Cora", "GAT", "UnCal", 23.31, 1.81, 13.97, 3.46, 75),  # -5.2 std
+        ("Cora", "GCN", "GATS", 3.64, 0.90, 3.45, 0.8, 75),  # within one std: not named
+        ("Citeseer", "GCN", "SimCalib", 3.94, 1.12, 5.10, 1.0, 75),  # +1.0357 std
+        ("Photo", "GCN", "TS", 3.00, 1.00, np.nan, np.nan, 0),  # not run: not named
+    ], columns=["dataset", "backbone", "method", "paper_mean", "paper_std", "ours_mean", "ours_std", "runs"])
+    long["diff"] = long["ours_mean"] - long["paper_mean"]
+    long["z"] = long["diff"] / long["paper_std"]
+    sentence = far_from_paper(ComparisonTable(TABLE_SPECS[0], long)).text
+    assert "2 cell(s)** (1 below it, 1 above)" in sentence
+    assert sentence.index("Cora GAT UnCal 13.97 vs 23.31 (-5.2 std)") < sentence.index(
+        "Citeseer GCN SimCalib 5.10 vs 3.94 (+1.0 std)")
+    assert "GATS" not in sentence and "Photo" not in sentence
+    assert far_from_paper(ComparisonTable(TABLE_SPECS[0], long.iloc[[1]])) is None
+
+
+def test_every_report_of_a_manifest_regenerates_from_results_keeping_prediction_figures(tmp_path, capsys):
+    import shutil
+
+    results = tmp_path / "results" / "Cora_GCN"
+    write_benchmark(results, "Cora", "GCN", ["UnCal", "SimCalib"])
+    out, no_paper = tmp_path / "report", str(tmp_path / "no_paper")
+    assert main(["report", str(tmp_path / "results"), "--out", str(out), "--theory-reps", "20",
+                 "--paper-dir", no_paper]) == 0  # the first rendering, with the saved predictions
+    first = (out / "figures" / "reliability_uncal_vs_simcalib.png").read_bytes()
+    shutil.rmtree(results / "predictions")  # what is committed: results.csv only
+    manifest = tmp_path / "reports.yaml"
+    manifest.write_text(f"- results: {tmp_path / 'results'}\n  out: {out}\n  title: again\n  splits: [1]\n")
+    assert main(["report", "--every", str(manifest), "--theory-reps", "20", "--paper-dir", no_paper]) == 0
+    md = (out / "report.md").read_text()
+    assert md.startswith("# again\n\n**Regenerate** every number in this report from the committed `results.csv` "
+                         f"files with one command: `make report` (= `simcalib report --every {manifest}`).")
+    assert "figures/reliability_uncal_vs_simcalib.png" in md and "Kept from an earlier rendering" in md
+    assert (out / "figures" / "reliability_uncal_vs_simcalib.png").read_bytes() == first
+    assert "| Cora | GCN | SimCalib, UnCal | 3 |" in md  # split 1 only: 3 of the 6 runs
+
+    manifest.write_text(f"- results: {tmp_path / 'results'}\n  out: {out}\n")
+    assert main(["report", "--every", str(manifest)]) == 2
+    assert "must have the keys results, out, title" in capsys.readouterr().err
