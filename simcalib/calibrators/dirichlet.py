@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from simcalib.calibrators.base import CalibrationGraph, Calibrator
+from simcalib.calibrators.base import CalibrationGraph
+from simcalib.calibrators.nodewise import NodewiseCalibrator
 from simcalib.calibrators.penalised import fit_penalised_nll
 from simcalib.errors import ConfigError
 
@@ -20,7 +21,7 @@ DIRICHLET_ODIR = {
 DEFAULT_ODIR = 5e-4
 
 
-class Dirichlet(Calibrator):
+class Dirichlet(NodewiseCalibrator):
     r"""A linear layer on the log-probabilities:
 
     .. math::
@@ -65,8 +66,7 @@ class Dirichlet(Calibrator):
     def forward(self, graph: CalibrationGraph) -> Tensor:
         return F.log_softmax(F.log_softmax(graph.logits, -1) @ self.weight.T + self.bias, -1)
 
-    def fit(self, graph: CalibrationGraph, fit_idx: Tensor | None = None, stop_idx: Tensor | None = None) -> Dirichlet:
-        fit_idx, stop_idx = self.check_fit_nodes(graph, fit_idx, stop_idx)
+    def fit_labelled(self, graph: CalibrationGraph, fit_idx: Tensor, stop_idx: Tensor) -> Dirichlet:
         self.to(graph.device)
         self.fit_info = fit_penalised_nll(self, graph, fit_idx, stop_idx, self.odir_penalty)
         self.eval()

@@ -134,9 +134,16 @@ class GETS(GraphInputsCache, TemperatureCalibrator):
         return GETSInputs(propagated[:, :k], propagated[:, k:k + h], propagated[:, k + h:], degree, adj)
 
     def expert_outputs(self, graph: CalibrationGraph) -> Tensor:
-        """o [N, E]: every expert's output (before the gate)."""
+        """o [N, E]: every expert's output (before the gate).
+
+        The E two-layer GCNs are evaluated together (same equations as :class:`TwoLayerGCN`'s forward,
+        with their parameters): one sparse product for all degree embeddings and one for all second layers.
+        """
         inputs = self.graph_inputs(graph)
-        outputs = []
+        keys = list(self.degree_embeddings)
+        embedded = torch.cat([self.degree_embeddings[key](inputs.degree) for key in keys], dim=1)
+        degree_parts = dict(zip(keys, inputs.adj.matmul(embedded).split(self.degree_dim, dim=1)))  # Â Emb(deg)
+        first_layers = []
         for e, (expert, kinds) in enumerate(zip(self.experts, EXPERT_INPUTS)):
             parts = []
             if "logits" in kinds:
@@ -145,9 +152,11 @@ class GETS(GraphInputsCache, TemperatureCalibrator):
                 projection = self.feature_projections[str(e)]
                 parts.append(inputs.propagated_features @ projection.weight.T + inputs.propagated_ones * projection.bias)
             if "degree" in kinds:
-                parts.append(inputs.adj.matmul(self.degree_embeddings[str(e)](inputs.degree)))
-            outputs.append(expert(torch.cat(parts, dim=1), inputs.adj))
-        return torch.cat(outputs, dim=1)
+                parts.append(degree_parts[str(e)])
+            first_layers.append(F.relu(torch.cat(parts, dim=1) @ expert.weight1 + expert.bias1))  # [N, hidden]
+        hidden = F.dropout(torch.cat(first_layers, dim=1), self.dropout, self.training)  # [N, E * hidden]
+        second = torch.cat([h @ expert.weight2 for h, expert in zip(hidden.split(self.hidden, dim=1), self.experts)], 1)
+        return inputs.adj.matmul(second) + torch.cat([expert.bias2 for expert in self.experts])  # [N, E]
 
     def gates(self, graph: CalibrationGraph) -> tuple[Tensor, Tensor]:
         """(G [N, E], rows with k non-zero entries summing to 1; the load-balancing loss)."""

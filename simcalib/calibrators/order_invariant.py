@@ -7,13 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from simcalib.calibrators.base import CalibrationGraph, Calibrator
+from simcalib.calibrators.base import CalibrationGraph
 from simcalib.calibrators.defaults import default_weight_decay
 from simcalib.calibrators.irm import keep_argmax_after_rounding
+from simcalib.calibrators.nodewise import NodewiseCalibrator
 from simcalib.errors import ConfigError
 
 
-class OrderInvariant(Calibrator):
+class OrderInvariant(NodewiseCalibrator):
     r"""New logits that keep the order of the old ones, with gaps scaled by a network of the sorted logits.
 
     With :math:`s_1 \ge \dots \ge s_K` the logits of node i sorted in decreasing order (permutation
@@ -26,7 +27,7 @@ class OrderInvariant(Calibrator):
     so :math:`y_k - y_{k+1} = (s_k - s_{k+1})\,\mathrm{softplus}(m_k) \ge 0`: every node keeps its class
     order (intra order-preserving, hence **accuracy-preserving**), and because m sees only the sorted
     logits, permuting the classes permutes the output (order-invariant). MLP: K -> ``hidden`` (K, as the
-    GATS code) -> ReLU -> K - 1. Trained by the common rule; weight decay 5e-4 unless the GATS configs
+    GATS code) -> ReLU -> K - 1. Trained by the common rule (on the labelled nodes only: no graph part); weight decay 5e-4 unless the GATS configs
     give a benchmark its own (protocol defaults). A float32 tie created by rounding is broken towards the
     predicted class.
 
