@@ -29,7 +29,8 @@ class Dirichlet(NodewiseCalibrator):
         \ b \in \mathbb{R}^K,
 
     initialised at W = I, b = 0 (the identity map), trained by the common rule (Adam, early stopping on
-    the training folds' NLL) on the calibration NLL plus the off-diagonal and intercept regulariser (ODIR):
+    the training folds' NLL; on the labelled rows only, see :mod:`~simcalib.calibrators.nodewise`) on the
+    calibration NLL plus the off-diagonal and intercept regulariser (ODIR):
 
     .. math::
         \Omega = \frac{\lambda}{K(K-1)} \sum_{j \ne k} W_{jk}^2 + \frac{\mu}{K} \sum_k b_k^2 .
