@@ -79,12 +79,33 @@ def paired_table(rows: pd.DataFrame, methods: list[str], metric: str = "ece") ->
     return "\n".join(lines)
 
 
+def fit_time_table(rows: pd.DataFrame, methods: list[str]) -> str:
+    """Median fit seconds per benchmark and method, and the median ratio to TS's fit in the same run (TS rows
+    of this folder only: a ratio is comparable across machine loads, a time is not)."""
+    lines = ["| benchmark | method | fits | median fit (s) | max fit (s) | median fit / TS fit, same run |",
+             "|---|---|---|---|---|---|"]
+    ts = rows[rows["calibrator"] == "TS"][[*KEYS, "fit_seconds"]].rename(columns={"fit_seconds": "ts_seconds"})
+    for dataset, backbone in sorted_benchmarks(zip(rows["dataset"], rows["backbone"])):
+        bench = rows[(rows["dataset"] == dataset) & (rows["backbone"] == backbone)]
+        for method in methods:
+            sub = bench[bench["calibrator"] == method]
+            if sub.empty:
+                continue
+            paired = sub.merge(ts, on=KEYS)
+            ratio = f"{(paired['fit_seconds'] / paired['ts_seconds']).median():.2f} ({len(paired)} runs)" \
+                if len(paired) else "n/a"
+            lines.append(f"| {dataset} {backbone} | {method} | {len(sub)} | {sub['fit_seconds'].median():.3f} | "
+                         f"{sub['fit_seconds'].max():.3f} | {ratio} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", type=Path)
     parser.add_argument("--reference", type=Path, help="results folder with TS and GATS rows of the same runs")
     args = parser.parse_args()
     rows = read_folder(args.results)
+    own_rows = rows
     if args.reference is not None:
         rows, diff, checked = with_reference_rows(rows, read_folder(args.reference))
         print(f"TS/GATS rows present in both folders: {checked}; largest metric difference: {diff:.3g}\n")
@@ -92,6 +113,8 @@ def main() -> None:
     print(metric_table(rows, methods) + "\n")
     print("Paired Wilcoxon signed-rank tests on test ECE, runs paired by (split, init, fold):\n")
     print(paired_table(rows, [m for m in EXTRA_CALIBRATORS if m in methods]))
+    print("\nFit times (this folder's runs; one torch thread, on a shared, loaded machine):\n")
+    print(fit_time_table(own_rows, methods))
 
 
 if __name__ == "__main__":
