@@ -1,7 +1,7 @@
 """Speed of the graph calibrators, printed as measurements (targets of issues #3 and #10).
 
 1. One SimCalib fit, with its w x t grid, on a Physics GCN backbone (target: under 30 s on 2 cores),
-   next to the other graph calibrators' fits on the same backbone.
+   next to the other graph calibrators' fits on the same backbone (CaGCN, GATS, GETS).
 2. SimCalib's batched grid on Cora GCN: one fit of all 9 (w, t) points at once vs the 9 points fitted one at
    a time, and vs one GATS fit (target: SimCalib at most 2x GATS).
 3. Where one Cora GCN run spends its time: backbone training vs each calibrator's fit.
@@ -21,9 +21,10 @@ import os
 import time
 import warnings
 
-GRAPH_CALIBRATORS = ["CaGCN", "GATS", "SimCalib"]
+GRAPH_CALIBRATORS = ["CaGCN", "GATS", "GETS", "SimCalib"]
 RUN_CALIBRATORS = ["UnCal", "TS", "VS", "ETS", "CaGCN", "GATS", "SimCalib", "SimCalib_separate", "SimCalib_l",
-                   "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n"]
+                   "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n", "Dirichlet", "IRM", "Spline",
+                   "OrderInvariant", "GETS"]
 
 
 def _load() -> str:
@@ -62,6 +63,8 @@ def physics_simcalib(threads: int) -> None:
         seconds, model = _fit(run, settings, output, name)
         info = model.fit_info
         extra = ""
+        if name == "GETS":
+            extra = f"; {info['epochs']} epochs (best {info['best_epoch']})"
         if name == "SimCalib":
             extra = (f"; grid of {len(info['grid'])} points, chosen w={info['w']} t={info['t']}, "
                      f"target < 30 s")

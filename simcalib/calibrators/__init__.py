@@ -11,9 +11,14 @@ from dataclasses import dataclass, field
 from simcalib.calibrators.base import HIDDEN_LABEL, CalibrationGraph, Calibrator, TemperatureCalibrator
 from simcalib.calibrators.cagcn import CaGCN
 from simcalib.calibrators.defaults import default_weight_decay
+from simcalib.calibrators.dirichlet import Dirichlet
 from simcalib.calibrators.ets import ETS
 from simcalib.calibrators.gats import GATS
+from simcalib.calibrators.gets import GETS
+from simcalib.calibrators.irm import IRM
+from simcalib.calibrators.order_invariant import OrderInvariant
 from simcalib.calibrators.simcalib import SimCalib
+from simcalib.calibrators.spline import Spline
 from simcalib.calibrators.ts import TS
 from simcalib.calibrators.uncal import UnCal
 from simcalib.calibrators.vs import VS
@@ -80,6 +85,12 @@ register_calibrator("VS", VS)
 register_calibrator("ETS", ETS)
 register_calibrator("CaGCN", CaGCN)
 register_calibrator("GATS", GATS)
+# Calibrators beyond the paper's seven (issue 13): the GATS code's four extra ones, and GETS.
+register_calibrator("Dirichlet", Dirichlet)
+register_calibrator("IRM", IRM)
+register_calibrator("Spline", Spline)
+register_calibrator("OrderInvariant", OrderInvariant)
+register_calibrator("GETS", GETS)
 # SimCalib and its ablations (paper Table 3): presets of one implementation.
 register_calibrator("SimCalib", SimCalib)
 # SimCalib's branches fitted one at a time (the default before issue 10), to compare with the paper's joint fit.
@@ -102,7 +113,7 @@ for _w in (0.5, 0.6, 0.8, 0.9):
     register_calibrator(f"SimCalib_w{_w:g}", SimCalib, f"SimCalib with the mixing weight fixed at w = {_w:g}", w=_w)
 
 __all__ = [
-    "CALIBRATORS", "ETS", "GATS", "HIDDEN_LABEL", "TS", "VS", "CaGCN", "CalibrationGraph", "Calibrator",
-    "CalibratorEntry", "SimCalib", "TemperatureCalibrator", "UnCal", "build_calibrator", "calibrator_names", "canonical_calibrator",
+    "CALIBRATORS", "ETS", "GATS", "GETS", "HIDDEN_LABEL", "IRM", "TS", "VS", "CaGCN", "CalibrationGraph",
+    "Calibrator", "CalibratorEntry", "Dirichlet", "OrderInvariant", "SimCalib", "Spline", "TemperatureCalibrator", "UnCal", "build_calibrator", "calibrator_names", "canonical_calibrator",
     "default_weight_decay", "register_calibrator",
 ]

@@ -2,7 +2,8 @@
 
 A calibrator is fitted on the labelled nodes of one trained backbone and then maps the backbone's logits
 to probabilities for every node. All calibrators here are post-hoc (the backbone is frozen) and, except
-VS, accuracy-preserving: the argmax of their output is the argmax of the logits.
+VS and Dirichlet (``accuracy_preserving = False``), accuracy-preserving: the argmax of their output is the
+argmax of the logits.
 
 Usage::
 
@@ -129,6 +130,18 @@ class Calibrator(nn.Module, ABC):
     def fit(self, graph: CalibrationGraph, fit_idx: Tensor | None = None, stop_idx: Tensor | None = None) -> Calibrator:
         """Fit on ``fit_idx`` (default: the calibration fold), early-stopping on ``stop_idx`` (default:
         the training folds)."""
+        fit_idx, stop_idx = self.check_fit_nodes(graph, fit_idx, stop_idx)
+        self.to(graph.device)
+        self.prepare(graph)
+        if any(p.requires_grad for p in self.parameters()):
+            self.fit_info = self.train_parameters(graph, fit_idx, stop_idx)
+        self.eval()
+        return self
+
+    def check_fit_nodes(self, graph: CalibrationGraph, fit_idx: Tensor | None = None,
+                        stop_idx: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(fit nodes, early-stopping nodes) with their defaults, refusing nodes whose labels are hidden
+        (for calibrators that override ``fit``)."""
         if graph.num_classes != self.num_classes:
             raise ConfigError(f"{self.name} was built for {self.num_classes} classes, the graph has {graph.num_classes}")
         fit_idx = graph.cal_idx if fit_idx is None else fit_idx
@@ -136,12 +149,7 @@ class Calibrator(nn.Module, ABC):
         for idx, what in ((fit_idx, "fit"), (stop_idx, "early-stopping")):
             if (graph.labels[idx] == HIDDEN_LABEL).any():
                 raise ConfigError(f"{self.name}: the {what} nodes include nodes whose labels are hidden")
-        self.to(graph.device)
-        self.prepare(graph)
-        if any(p.requires_grad for p in self.parameters()):
-            self.fit_info = self.train_parameters(graph, fit_idx, stop_idx)
-        self.eval()
-        return self
+        return fit_idx, stop_idx
 
     def train_parameters(self, graph: CalibrationGraph, fit_idx: Tensor, stop_idx: Tensor) -> dict:
         """Train the parameters under the common rule; returns what ``fit_info`` records."""

@@ -9,6 +9,7 @@ new best.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +18,10 @@ from torch import Tensor
 from simcalib.errors import TrainingDivergedError
 
 
-def fit_nll(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> dict:
+def fit_nll(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor, penalty: Callable[[], Tensor] | None = None) -> dict:
+    """The common rule. ``penalty`` (Dirichlet's ODIR, GETS's load balance): a term added to the training loss,
+    read after the forward pass (so it may depend on it); early stopping still uses the plain NLL, so the
+    penalty shapes the fit, not the choice of epoch."""
     optimizer = torch.optim.Adam(calibrator.parameter_groups(), lr=calibrator.lr)
     labels = graph.labels
     best_loss, best_state, best_epoch, waited = float("inf"), None, -1, 0
@@ -26,9 +30,11 @@ def fit_nll(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> dict:
         calibrator.train()
         optimizer.zero_grad()
         loss = F.nll_loss(calibrator(graph)[fit_idx], labels[fit_idx])
+        if penalty is not None:
+            loss = loss + penalty()
         if not torch.isfinite(loss):
             raise TrainingDivergedError(
-                f"{calibrator.name} diverged at epoch {epoch} (calibration NLL {loss.item()}); "
+                f"{calibrator.name} diverged at epoch {epoch} (calibration loss {loss.item()}); "
                 f"lower its learning rate (now {calibrator.lr}) or raise its weight decay"
             )
         loss.backward()

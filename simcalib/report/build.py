@@ -22,10 +22,19 @@ import numpy as np
 import pandas as pd
 
 from simcalib.report import figures as figs
-from simcalib.report.grid import grid_choices, grid_choices_grid
 from simcalib.report import stats, theory
+from simcalib.report.grid import grid_choices, grid_choices_grid
 from simcalib.report.paper import PaperTables, load_paper_tables
-from simcalib.report.render import Block, Bullets, Figure, Heading, Paragraph, table_block, to_markdown, write_report
+from simcalib.report.render import (
+    Block,
+    Bullets,
+    Figure,
+    Heading,
+    Paragraph,
+    table_block,
+    to_markdown,
+    write_report,
+)
 from simcalib.report.results import StudyResults, load_study_results, select_splits
 from simcalib.report.tables import (
     MAIN_METHODS,

@@ -31,6 +31,9 @@ BACKBONE_ORDER = ("GCN", "GAT")
 MAIN_METHODS = ("UnCal", "TS", "VS", "ETS", "CaGCN", "GATS", "SimCalib")
 # SimCalib's objectives (joint: the paper's; separate: branches alone) and tuned settings, beside the baselines
 VARIANT_METHODS = ("TS", "GATS", "GATS_tuned", "SimCalib", "SimCalib_separate", "SimCalib_tuned")
+# The calibrators beyond the paper's seven (issue 13), shown beside them in tables of their own.
+EXTRA_CALIBRATORS = ("Dirichlet", "IRM", "Spline", "OrderInvariant", "GETS")
+EXTRA_METHODS = MAIN_METHODS + EXTRA_CALIBRATORS
 ABLATION_METHODS = ("SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n", "SimCalib")
 W_SWEEP_NAME = re.compile(r"^SimCalib_w(\d+(?:\.\d+)?)$")
 METRIC_LABELS = {
@@ -70,6 +73,11 @@ TABLE_SPECS: tuple[TableSpec, ...] = (
     TableSpec("metric_kde_ece", "KDE-ECE (%) of every calibrator", "kde_ece", MAIN_METHODS),
     TableSpec("metric_accuracy", "Accuracy (%) of every calibrator (equal across a row unless a calibrator changes "
               "the argmax, as VS may)", "accuracy", MAIN_METHODS, lower_is_better=False),
+    *(TableSpec(f"extra_{metric}", f"{label} of the paper's calibrators and the extra ones", metric, EXTRA_METHODS)
+      for metric, label in (("ece", "ECE (%)"), ("ace", "ACE (%)"), ("nll", "NLL"), ("brier", "Brier score"))),
+    TableSpec("extra_accuracy", "Accuracy (%) of the paper's calibrators and the extra ones (equal across a row "
+              "unless a calibrator changes the argmax, as VS and Dirichlet may)", "accuracy", EXTRA_METHODS,
+              lower_is_better=False),
 )
 
 
@@ -330,6 +338,6 @@ def write_table(table: ResultTable | ComparisonTable, folder: Path, stem: str, c
     return paths
 
 
-__all__ = ["ABLATION_METHODS", "MAIN_METHODS", "NOT_RUN", "TABLE_SPECS", "ComparisonTable", "ResultTable",
+__all__ = ["ABLATION_METHODS", "EXTRA_CALIBRATORS", "EXTRA_METHODS", "MAIN_METHODS", "NOT_RUN", "TABLE_SPECS", "ComparisonTable", "ResultTable",
            "TableSpec", "benchmark_sort_key", "build_comparison", "build_result_table", "display_name",
            "sorted_benchmarks", "table_latex", "table_markdown", "w_sweep_methods", "write_table"]

@@ -114,3 +114,21 @@ def test_accuracy_table_bolds_the_highest_mean():
     table = build_result_table(rows, SPEC["metric_accuracy"])
     best = table.best()
     assert best.at[("Cora", "GCN"), "UnCal"] and not best.at[("Cora", "GCN"), "GATS"]
+
+
+def test_extra_calibrator_tables_sit_beside_the_paper_tables_without_changing_them():
+    from simcalib.report.tables import EXTRA_CALIBRATORS, MAIN_METHODS
+
+    assert SPEC["table1_ece"].methods == MAIN_METHODS  # the paper's seven, untouched
+    for metric in ("ece", "ace", "nll", "brier", "accuracy"):
+        assert SPEC[f"extra_{metric}"].methods == (*MAIN_METHODS, *EXTRA_CALIBRATORS)
+    assert not SPEC["extra_accuracy"].lower_is_better
+    rows = pd.concat([_rows(), pd.DataFrame([
+        {"dataset": "Cora", "backbone": "GCN", "calibrator": "Dirichlet", "split": 0, "init": 0, "fold": f,
+         "ece": 1.0 + f, "nll": 0.1, "accuracy": 80.0 + f} for f in range(3)])], ignore_index=True)
+    table = build_result_table(rows, SPEC["extra_ece"])
+    assert table.runs.at[("Cora", "GCN"), "Dirichlet"] == 3 and table.runs.at[("Cora", "GCN"), "GETS"] == 0
+    cora = next(line for line in table_markdown(table).splitlines() if line.startswith("| Cora"))
+    assert "**2.00 ± 0.82**" in cora  # Dirichlet's mean is the row's best
+    accuracy = build_result_table(rows, SPEC["extra_accuracy"])
+    assert accuracy.mean.at[("Cora", "GCN"), "Dirichlet"] == pytest.approx(81.0)
