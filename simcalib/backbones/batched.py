@@ -1,4 +1,4 @@
-"""M backbones of one graph trained together as one batched model (PROTOCOL section 3, same rule per model).
+r"""M backbones of one graph trained together as one batched model (PROTOCOL section 3, same rule per model).
 
 The runs of a split (5 inits x 3 folds) share the graph, so their GCNs / GATs are stacked along a model
 axis m = 1..M and every propagation runs once over the models side by side:
