@@ -326,24 +326,9 @@ def _batched_rows(jobs, settings, options, predictions_dir, workers: int, models
         for group in groups:
             yield from _run_split_group(group, settings, options, predictions_dir, models_per_batch)
         return
-    import multiprocessing
-    import warnings
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
-                               initargs=(1, list(warnings.filters), os.getpid()))
-    try:
-        futures = [pool.submit(_split_group_rows, g, settings, options, predictions_dir, models_per_batch)
-                   for g in groups]
-        for future in as_completed(futures):
-            yield from future.result()
-    except BaseException:
-        processes = list(getattr(pool, "_processes", {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            process.terminate()
-        raise
-    pool.shutdown()
+    tasks = [(g, settings, options, predictions_dir, models_per_batch) for g in groups]
+    for rows_per_run in _in_processes(_split_group_rows, tasks, workers):
+        yield from rows_per_run
 
 
 def _worker_init(threads: int, warning_filters: list, parent_pid: int) -> None:
@@ -379,18 +364,25 @@ def _rows_in_processes(jobs, settings, options, predictions_dir, workers: int):
     processes with one torch thread each (the layout that is fastest for small graphs on few cores, and the
     same numbers as ``--threads 1``: the thread count is part of the backbone's identity), yielded as each
     run finishes."""
+    pending = [(run, todo) for run, todo in jobs if todo]
+    for _ in range(len(jobs) - len(pending)):
+        yield []
+    yield from _in_processes(_run_calibrators, [(run, settings, todo, options, predictions_dir)
+                                                for run, todo in pending], workers)
+
+
+def _in_processes(function: Callable, tasks: Sequence[tuple], workers: int) -> Iterator:
+    """``function(*task)`` of every task in ``workers`` spawned processes with one torch thread each, yielded
+    as each finishes."""
     import multiprocessing
     import warnings
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    pending = [(run, todo) for run, todo in jobs if todo]
-    for _ in range(len(jobs) - len(pending)):
-        yield []
     context = multiprocessing.get_context("spawn")  # torch and fork do not mix safely
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
                                initargs=(1, list(warnings.filters), os.getpid()))
     try:
-        futures = [pool.submit(_run_calibrators, run, settings, todo, options, predictions_dir) for run, todo in pending]
+        futures = [pool.submit(function, *task) for task in tasks]
         for future in as_completed(futures):
             yield future.result()
     except BaseException:
