@@ -13,7 +13,7 @@ import contextlib
 import functools
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +135,42 @@ def train_run_backbone(run: Run, settings: ProtocolSettings) -> BackboneOutput:
     return output
 
 
+def train_split_backbones(runs: Sequence[Run], settings: ProtocolSettings,
+                          models_per_batch: int | None = None) -> list[BackboneOutput]:
+    """The frozen backbones of ``runs`` (runs of one dataset, backbone and split) from the batched trainer:
+    those in the on-disk cache are loaded, the others trained together as one batched model
+    (:mod:`simcalib.backbones.batched`) and cached each as soon as it stops. Batched backbones have their own
+    cache key (another random stream than :func:`train_run_backbone`'s), so the two never mix."""
+    from simcalib.backbones.batched import TRAINER, train_backbones_batched
+
+    if len({(r.dataset, r.backbone, r.split) for r in runs}) > 1:
+        raise ValueError("train_split_backbones: the runs must share dataset, backbone and split")
+    graph = load_graph(runs[0].dataset, settings)
+    split = run_split(runs[0], settings, graph)
+    config = backbone_config(runs[0], settings)
+    cache = BackboneCache(settings.cache_dir)
+    outputs: list[BackboneOutput | None] = []
+    missing, keys, folds = [], [], []
+    for position, run in enumerate(runs):
+        train_idx, cal_idx, _ = split.fold_indices(run.fold)
+        key = cache_key(run.dataset, config, run.split, run.init, run.fold, run.seed(settings), train_idx, cal_idx,
+                        trainer=TRAINER)
+        outputs.append(cache.load(run.dataset, run.backbone, key))
+        if outputs[-1] is None:
+            missing.append(position)
+            keys.append(key)
+            folds.append((torch.from_numpy(train_idx), torch.from_numpy(cal_idx)))
+    if missing:
+        def cache_stopped(m: int, output: BackboneOutput) -> None:  # a kill later loses no stopped model
+            cache.save(runs[0].dataset, runs[0].backbone, keys[m], output)
+
+        trained = train_backbones_batched(graph, folds, [runs[p].seed(settings) for p in missing], config,
+                                          settings.device, on_stopped=cache_stopped, models_per_batch=models_per_batch)
+        for position, output in zip(missing, trained):
+            outputs[position] = output
+    return outputs  # type: ignore[return-value]
+
+
 def calibration_graph(run: Run, settings: ProtocolSettings, output: BackboneOutput) -> tuple[CalibrationGraph, np.ndarray]:
     """The calibrator's view of ``run`` (test labels hidden) and the test node indices."""
     graph = load_graph(run.dataset, settings)
@@ -238,6 +274,31 @@ def _rewrite_with_columns(path: Path, header: list[str], extra: list[str]) -> No
     tmp.replace(path)
 
 
+def copy_finished_rows(source: Path, results_path: Path, request: BenchmarkRequest, settings: ProtocolSettings) -> int:
+    """Append to ``results_path`` the rows of ``source`` that belong to ``request`` (its benchmark, runs and
+    calibrators, with this study seed's run seeds) and that ``results_path`` does not hold yet; returns how many."""
+    if not source.is_file():
+        raise ConfigError(f"--resume-from {source}: no such file; give the path of an existing results.csv")
+    try:
+        theirs = pd.read_csv(source)
+    except Exception as exc:
+        raise ConfigError(f"--resume-from {source}: not a readable results CSV ({exc})") from None
+    missing = [c for c in RESULT_COLUMNS[:7] if c not in theirs.columns]
+    if missing:
+        raise ConfigError(f"--resume-from {source}: columns {missing} missing; give a results.csv of simcalib benchmark")
+    calibrators = {canonical_calibrator(c) for c in request.calibrators}
+    runs = make_runs(request.dataset, request.backbone, request.splits, request.inits, request.folds)
+    wanted = {tuple(map(str, (r.dataset, r.backbone, c, r.split, r.init, r.fold, r.seed(settings))))
+              for r in runs for c in calibrators}
+    ours = read_results(results_path)
+    have = {tuple(r) for r in ours[[*KEY_COLUMNS, "seed"]].astype(str).itertuples(index=False)}
+    keys = [tuple(r) for r in theirs[[*KEY_COLUMNS, "seed"]].astype(str).itertuples(index=False)]
+    take = [k in wanted and k not in have for k in keys]
+    rows = theirs[take].drop_duplicates(subset=[*KEY_COLUMNS, "seed"])
+    append_rows(results_path, rows.to_dict("records"))
+    return len(rows)
+
+
 def summarize(results: pd.DataFrame, metrics: Sequence[str] = METRIC_NAMES) -> pd.DataFrame:
     """Mean and population std (ddof=0, as the GATS code) of every metric per benchmark and calibrator."""
     groups = results.groupby(["dataset", "backbone", "calibrator"], sort=False)
@@ -263,6 +324,44 @@ def _run_calibrators(run: Run, settings: ProtocolSettings, calibrators: Sequence
     """One run: its backbone (cached) and the result rows of ``calibrators`` on it."""
     output = train_run_backbone(run, settings)
     return [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir) for c in calibrators]
+
+
+def _split_groups(jobs: Sequence[tuple[Run, list[str]]]) -> list[list[tuple[Run, list[str]]]]:
+    """The jobs with work to do, grouped by split (the runs whose backbones train together), in job order."""
+    groups: dict[int, list] = {}
+    for run, todo in jobs:
+        if todo:
+            groups.setdefault(run.split, []).append((run, todo))
+    return list(groups.values())
+
+
+def _run_split_group(group: Sequence[tuple[Run, list[str]]], settings: ProtocolSettings, options: dict[str, dict],
+                     predictions_dir: Path | None, models_per_batch: int | None = None) -> Iterator[list[dict]]:
+    """The runs of one split: their backbones trained together (cached per run), then each run's calibrator
+    rows, yielded run by run (so results.csv grows as today)."""
+    outputs = train_split_backbones([run for run, _ in group], settings, models_per_batch)
+    for (run, todo), output in zip(group, outputs):
+        yield [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir) for c in todo]
+
+
+def _split_group_rows(group, settings, options, predictions_dir, models_per_batch=None) -> list[list[dict]]:
+    """:func:`_run_split_group` collected, for a worker process (which returns once)."""
+    return list(_run_split_group(group, settings, options, predictions_dir, models_per_batch))
+
+
+def _batched_rows(jobs, settings, options, predictions_dir, workers: int, models_per_batch: int | None):
+    """Each job's rows (``[]`` for a job with nothing to do), the runs of a split trained as one batch; with
+    ``workers`` > 1, one split per worker process (one torch thread each)."""
+    groups = _split_groups(jobs)
+    for _ in range(len(jobs) - sum(len(g) for g in groups)):
+        yield []
+    if workers == 1:
+        for group in groups:
+            yield from _run_split_group(group, settings, options, predictions_dir, models_per_batch)
+        return
+    tasks = [(g, settings, options, predictions_dir, models_per_batch) for g in groups]
+    for rows_per_run in _in_processes(_split_group_rows, tasks, workers):
+        yield from rows_per_run
 
 
 def _worker_init(threads: int, warning_filters: list, parent_pid: int) -> None:
@@ -298,18 +397,25 @@ def _rows_in_processes(jobs, settings, options, predictions_dir, workers: int):
     processes with one torch thread each (the layout that is fastest for small graphs on few cores, and the
     same numbers as ``--threads 1``: the thread count is part of the backbone's identity), yielded as each
     run finishes."""
+    pending = [(run, todo) for run, todo in jobs if todo]
+    for _ in range(len(jobs) - len(pending)):
+        yield []
+    yield from _in_processes(_run_calibrators, [(run, settings, todo, options, predictions_dir)
+                                                for run, todo in pending], workers)
+
+
+def _in_processes(function: Callable, tasks: Sequence[tuple], workers: int) -> Iterator:
+    """``function(*task)`` of every task in ``workers`` spawned processes with one torch thread each, yielded
+    as each finishes."""
     import multiprocessing
     import warnings
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    pending = [(run, todo) for run, todo in jobs if todo]
-    for _ in range(len(jobs) - len(pending)):
-        yield []
     context = multiprocessing.get_context("spawn")  # torch and fork do not mix safely
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
                                initargs=(1, list(warnings.filters), os.getpid()))
     try:
-        futures = [pool.submit(_run_calibrators, run, settings, todo, options, predictions_dir) for run, todo in pending]
+        futures = [pool.submit(function, *task) for task in tasks]
         for future in as_completed(futures):
             yield future.result()
     except BaseException:
@@ -330,10 +436,17 @@ def run_benchmark(
     save_predictions: bool = False,
     progress: Callable[[Iterable], Iterable] | None = None,
     workers: int = 1,
+    batch_runs: bool = False,
+    resume_from: str | os.PathLike | None = None,
+    models_per_batch: int | None = None,
 ) -> pd.DataFrame:
     """Run (or resume) the protocol; rows go to ``out_dir/results.csv`` as each run finishes.
 
-    ``workers`` > 1 runs that many runs at once in separate processes (one torch thread each)."""
+    ``workers`` > 1 runs that many runs at once in separate processes (one torch thread each).
+    ``batch_runs``: the backbones of a split's runs are trained together (:func:`train_split_backbones`;
+    another random stream than the per-run trainer, hence other backbones), with ``workers`` > 1 one split
+    per process. ``resume_from``: a results.csv (e.g. committed under reports/) whose rows of the requested
+    runs are copied into ``out_dir/results.csv`` first, so those runs are not computed again."""
     calibrators = [canonical_calibrator(c) for c in request.calibrators]
     if not calibrators:
         raise ConfigError("no calibrators given; choose from the registered names (see `simcalib benchmark --help`)")
@@ -344,6 +457,8 @@ def run_benchmark(
         raise ConfigError(f"folds must be within 0..{settings.n_folds - 1}")
     out_dir = Path(out_dir)
     results_path = out_dir / "results.csv"
+    if resume_from is not None:
+        copy_finished_rows(Path(resume_from), results_path, request, settings)
     existing = read_results(results_path)
     done = {tuple(r) for r in existing[[*KEY_COLUMNS, "seed"]].astype(str).itertuples(index=False)}
     runs = make_runs(request.dataset, request.backbone, request.splits, request.inits, request.folds)
@@ -355,9 +470,13 @@ def run_benchmark(
                 if tuple(map(str, (run.dataset, run.backbone, c, run.split, run.init, run.fold, run.seed(settings)))) not in done]
         jobs.append((run, todo))
     options = request.calibrator_options
-    rows_per_job = (_rows_in_processes(jobs, settings, options, predictions_dir, workers) if workers > 1 else
-                    (_run_calibrators(run, settings, todo, options, predictions_dir) if todo else []
-                     for run, todo in jobs))
+    if batch_runs:
+        rows_per_job = _batched_rows(jobs, settings, options, predictions_dir, workers, models_per_batch)
+    elif workers > 1:
+        rows_per_job = _rows_in_processes(jobs, settings, options, predictions_dir, workers)
+    else:
+        rows_per_job = (_run_calibrators(run, settings, todo, options, predictions_dir) if todo else []
+                        for run, todo in jobs)
     with contextlib.closing(rows_per_job):  # an interruption stops the runs in flight
         counted = _Counted(rows_per_job, len(jobs))
         for rows in progress(counted) if progress else counted:
@@ -369,7 +488,7 @@ def run_benchmark(
 
 __all__ = [
     "AUDIT_COLUMNS", "KEY_COLUMNS", "RESULT_COLUMNS", "BenchmarkRequest", "ProtocolSettings", "Run", "append_rows",
-    "calibration_graph", "evaluate_calibrator", "load_graph", "make_runs", "read_results", "run_benchmark", "run_split",
-    "run_split_sources", "summarize",
+    "calibration_graph", "copy_finished_rows", "evaluate_calibrator", "load_graph", "make_runs", "read_results",
+    "run_benchmark", "run_split", "run_split_sources", "summarize", "train_split_backbones",
     "train_run_backbone",
 ]

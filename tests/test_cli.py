@@ -62,3 +62,13 @@ def test_data_check_reports_loadable_and_missing_datasets(tmp_path, mirror_dir):
     assert result.returncode == 1
     assert "Cora" in result.stdout and "2708" in result.stdout
     assert "CoraFull   cannot load" in result.stdout
+
+
+def test_benchmark_bad_resume_file_and_batch_size_are_one_line_errors(tmp_path):
+    result = simcalib("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--resume-from", str(tmp_path / "none.csv"),
+                      "--out", str(tmp_path / "out"), env={"SIMCALIB_OFFLINE": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--resume-from" in result.stderr and "no such file" in result.stderr
+    result = simcalib("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--batch-runs", "--models-per-batch", "0",
+                      "--out", str(tmp_path / "out"), env={"SIMCALIB_OFFLINE": "1"})
+    assert result.returncode == 2 and "--models-per-batch must be >= 1" in result.stderr

@@ -136,3 +136,61 @@ def test_saved_predictions_carry_the_feature_distance_the_similarity_figure_grou
     assert (summary.loc[summary["calibrator"] == "UnCal", "improvement"] == 0).all()
     figure = feature_similarity_figure(summary)
     assert [ax.get_title() for ax in figure.axes if ax.get_visible()][0] == "Cora GCN (1 runs)"
+
+
+def test_batched_benchmark_writes_the_same_rows_caches_per_run_and_resumes(settings, tmp_path):
+    request = BenchmarkRequest("cora", "GCN", ["uncal", "TS"], splits=[0], inits=[0, 1], folds=[0])
+    out = tmp_path / "batched"
+    first = run_benchmark(request, settings, out, batch_runs=True)
+    assert list(first.columns[: len(RESULT_COLUMNS)]) == RESULT_COLUMNS and len(first) == 4
+    cached = sorted((tmp_path / "cache").rglob("*.pt"))
+    assert len(cached) == 2  # one entry per run
+    # Resumed with one more init: only the new run is trained (alone), the old rows stay as they were.
+    bigger = BenchmarkRequest("cora", "GCN", ["uncal", "TS"], splits=[0], inits=[0, 1, 2], folds=[0])
+    second = run_benchmark(bigger, settings, out, batch_runs=True)
+    assert len(second) == 6 and len(pd.read_csv(out / "results.csv")) == 6
+    pd.testing.assert_frame_equal(second.iloc[:4].reset_index(drop=True), first.reset_index(drop=True))
+    # The per-run path never reads a batched backbone: it trains (and caches) its own, another draw.
+    per_run = run_benchmark(request, settings, tmp_path / "per-run")
+    assert len(list((tmp_path / "cache").rglob("*.pt"))) == 3 + 2
+    assert not per_run["ece"].equals(first["ece"])
+
+
+def test_batched_benchmark_in_worker_processes_gives_the_single_process_numbers(settings, tmp_path):
+    import dataclasses
+
+    import torch
+
+    request = BenchmarkRequest("cora", "GAT", ["uncal", "TS"], splits=[0, 1], inits=[0], folds=[0, 1])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the workers' thread count (part of the backbone's identity)
+    try:
+        serial = run_benchmark(request, settings, tmp_path / "serial", batch_runs=True)
+    finally:
+        torch.set_num_threads(threads)
+    fresh_cache = dataclasses.replace(settings, cache_dir=str(tmp_path / "cache-parallel"))
+    parallel = run_benchmark(request, fresh_cache, tmp_path / "parallel", batch_runs=True, workers=2)
+    key = ["calibrator", "split", "init", "fold"]
+    serial, parallel = (f.sort_values(key).reset_index(drop=True) for f in (serial, parallel))
+    assert len(parallel) == 8
+    pd.testing.assert_frame_equal(serial.drop(columns="fit_seconds"), parallel.drop(columns="fit_seconds"))
+
+
+def test_resume_from_committed_results_skips_the_runs_it_holds(settings, tmp_path):
+    request = BenchmarkRequest("cora", "GCN", ["uncal", "TS"], splits=[0], inits=[0], folds=[0, 1])
+    committed = run_benchmark(request, settings, tmp_path / "committed")
+    import dataclasses
+
+    elsewhere = dataclasses.replace(settings, cache_dir=str(tmp_path / "empty-cache"))  # another machine
+    bigger = BenchmarkRequest("cora", "GCN", ["uncal"], splits=[0], inits=[0], folds=[0, 1, 2])
+    resumed = run_benchmark(bigger, elsewhere, tmp_path / "continued",
+                            resume_from=tmp_path / "committed" / "results.csv")
+    assert len(resumed) == 3
+    assert len(list((tmp_path / "empty-cache").rglob("*.pt"))) == 1  # only fold 2 was trained
+    old = committed[committed["calibrator"] == "UnCal"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(resumed.iloc[:2].reset_index(drop=True), old)
+    assert set(pd.read_csv(tmp_path / "continued" / "results.csv")["calibrator"]) == {"UnCal"}  # TS not copied
+    again = run_benchmark(bigger, elsewhere, tmp_path / "continued", resume_from=tmp_path / "committed" / "results.csv")
+    assert len(again) == 3 and len(pd.read_csv(tmp_path / "continued" / "results.csv")) == 3  # nothing twice
+    with pytest.raises(ConfigError, match="resume-from"):
+        run_benchmark(bigger, elsewhere, tmp_path / "x", resume_from=tmp_path / "missing.csv")

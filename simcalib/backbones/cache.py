@@ -32,8 +32,11 @@ def default_cache_dir() -> Path:
 
 def cache_key(
     dataset: str, config: BackboneConfig, split: int, init: int, fold: int, seed: int,
-    train_idx: torch.Tensor, val_idx: torch.Tensor,
+    train_idx: torch.Tensor, val_idx: torch.Tensor, trainer: str = "per-run",
 ) -> str:
+    """``trainer``: "per-run" (:func:`train_backbone`) or "batched" (:mod:`simcalib.backbones.batched`, other
+    random streams, hence another backbone); only a non-default trainer enters the key, so the keys of
+    per-run entries are unchanged."""
     identity = {
         "dataset": dataset,
         "config": dataclasses.asdict(config),
@@ -49,6 +52,8 @@ def cache_key(
         "torch": torch.__version__,
         "pyg": torch_geometric.__version__,
     }
+    if trainer != "per-run":
+        identity["trainer"] = trainer
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
 
 

@@ -74,7 +74,13 @@ class SparseOperand:
         """Dropout on the stored values; the result shares the sparsity pattern (and transpose pattern)."""
         if not training or p == 0.0:
             return self
-        values = fast_dropout(self.matrix.values(), p, True)
+        return self.with_values(fast_dropout(self.matrix.values(), p, True))
+
+    def scaled(self, multipliers: Tensor) -> SparseOperand:
+        """The stored values times ``multipliers`` [nnz] (a dropout mask drawn elsewhere); same pattern."""
+        return self.with_values(self.matrix.values() * multipliers)
+
+    def with_values(self, values: Tensor) -> SparseOperand:
         m, t = self.matrix, self.transpose
         return SparseOperand(
             torch.sparse_csr_tensor(m.crow_indices(), m.col_indices(), values, m.shape, check_invariants=False),

@@ -44,6 +44,15 @@ def register(sub) -> None:
     bench.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     bench.add_argument("--workers", type=int, default=1,
                        help="runs in parallel, each in its own process with one torch thread (e.g. 2 on 2 cores)")
+    bench.add_argument("--batch-runs", action=argparse.BooleanOptionalAction, default=False,
+                       help="train the backbones of a split's runs together as one batched model (another random "
+                            "stream than one run at a time, cached separately; default: --no-batch-runs, which "
+                            "was faster on 2 CPU cores, see reports/performance/)")
+    bench.add_argument("--models-per-batch", type=int, default=None,
+                       help="with --batch-runs: at most this many models in one batch (default: all runs of a split)")
+    bench.add_argument("--resume-from", default=None, metavar="RESULTS_CSV",
+                       help="a results.csv (e.g. committed under reports/) whose rows for these runs are copied "
+                            "into OUT/results.csv first, so they are not computed again")
     bench.add_argument("--max-epochs", type=int, default=None, help="cap backbone epochs (quick checks only; the protocol uses 2000)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_data_options(bench)
@@ -65,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if args.workers > 1 and args.threads not in (None, 1):
         raise ConfigError("--workers runs each process with one torch thread; drop --threads or set it to 1")
+    if args.models_per_batch is not None and args.models_per_batch < 1:
+        raise ConfigError(f"--models-per-batch must be >= 1, got {args.models_per_batch}")
     if args.threads:
         torch.set_num_threads(args.threads)
     dataset, backbone = get_spec(args.dataset).name, backbone_name(args.backbone)
@@ -78,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         with sigterm_as_interrupt():
             results = run_benchmark(request, settings, out, save_predictions=args.save_predictions, progress=progress,
-                                    workers=args.workers)
+                                    workers=args.workers, batch_runs=args.batch_runs, resume_from=args.resume_from,
+                                    models_per_batch=args.models_per_batch)
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished runs are kept in {out / 'results.csv'}; the same command resumes", file=sys.stderr)
         return 130

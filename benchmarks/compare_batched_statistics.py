@@ -1,0 +1,57 @@
+"""Same statistics? The batched trainer's results against the per-run trainer's committed ones.
+
+Both are draws of the same protocol with different random streams, so they should agree within the
+run-to-run noise. Runs are paired by (split, init, fold): same split and fold, other initialisation and
+dropout stream. For each calibrator and metric it prints both means, the paired mean difference with its
+95% interval, the per-run std (the noise scale), and two tests of "no difference": the paired t-test and
+the Wilcoxon signed-rank test (scipy.stats).
+
+    python benchmarks/compare_batched_statistics.py results/batched/Cora_GCN/results.csv \\
+        reports/full/results/Cora_GCN/results.csv [--metrics ece,accuracy]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+RUN = ["split", "init", "fold"]
+
+
+def compare(batched: pd.DataFrame, per_run: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    rows = []
+    for calibrator in [c for c in batched["calibrator"].unique() if c in set(per_run["calibrator"])]:
+        a = batched[batched["calibrator"] == calibrator].set_index(RUN)
+        b = per_run[per_run["calibrator"] == calibrator].set_index(RUN)
+        runs = a.index.intersection(b.index)
+        for metric in metrics:
+            x, y = a.loc[runs, metric].to_numpy(float), b.loc[runs, metric].to_numpy(float)
+            diff = x - y
+            half = stats.t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1) / np.sqrt(len(diff))
+            rows.append({
+                "calibrator": calibrator, "metric": metric, "runs": len(runs),
+                "batched": x.mean(), "per_run": y.mean(), "diff": diff.mean(),
+                "diff_ci95": f"[{diff.mean() - half:.2f}, {diff.mean() + half:.2f}]",
+                "std_per_run": y.std(ddof=0),
+                "t_p": stats.ttest_rel(x, y).pvalue,
+                "wilcoxon_p": stats.wilcoxon(x, y).pvalue if np.any(diff != 0) else 1.0,
+            })
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("batched")
+    parser.add_argument("per_run")
+    parser.add_argument("--metrics", default="ece,accuracy")
+    args = parser.parse_args()
+    table = compare(pd.read_csv(args.batched), pd.read_csv(args.per_run), args.metrics.split(","))
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+if __name__ == "__main__":
+    main()
