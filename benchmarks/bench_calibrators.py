@@ -71,7 +71,8 @@ def physics_simcalib(threads: int) -> None:
         print(f"[physics-gcn] {name} fit {seconds:.1f} s with {threads} threads{extra}; before: {before}")
 
 
-def cora_grid_speed(threads: int) -> None:
+def _cora_run(threads: int):
+    """(run, settings, backbone output) of Cora GCN split 0, init 0, fold 0, with ``threads`` torch threads."""
     import torch
 
     from simcalib.protocol import ProtocolSettings, Run, train_run_backbone
@@ -79,7 +80,11 @@ def cora_grid_speed(threads: int) -> None:
     torch.set_num_threads(threads)
     settings = ProtocolSettings()
     run = Run("Cora", "GCN", 0, 0, 0)
-    output = train_run_backbone(run, settings)
+    return run, settings, train_run_backbone(run, settings)
+
+
+def cora_grid_speed(threads: int) -> None:
+    run, settings, output = _cora_run(threads)
     before = _load()
     gats, _ = _fit(run, settings, output, "GATS")
     batched, model = _fit(run, settings, output, "SimCalib")
@@ -92,14 +97,7 @@ def cora_grid_speed(threads: int) -> None:
 
 
 def cora_run_fractions(threads: int) -> None:
-    import torch
-
-    from simcalib.protocol import ProtocolSettings, Run, train_run_backbone
-
-    torch.set_num_threads(threads)
-    settings = ProtocolSettings()
-    run = Run("Cora", "GCN", 0, 0, 0)
-    output = train_run_backbone(run, settings)
+    run, settings, output = _cora_run(threads)
     before = _load()
     seconds = {"backbone training": output.train_seconds}
     for name in RUN_CALIBRATORS:

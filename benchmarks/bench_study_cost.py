@@ -35,17 +35,13 @@ import time
 import warnings
 from pathlib import Path
 
+from bench_batched_backbones import peak_rss_gib  # same folder: run as a script
+
 
 def _load() -> list[float]:
     return [round(v, 2) for v in os.getloadavg()]
 
 
-def peak_rss_gib() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 2**20
-    return float("nan")
 
 
 def _measure(study_path: str, dataset: str, backbone: str, batch_runs: bool, queue) -> None:
