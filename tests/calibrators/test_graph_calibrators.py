@@ -267,14 +267,14 @@ def test_the_batched_grid_equals_fitting_each_point_alone(training):
     assert [g["score"] for g in batched.fit_info["grid"]] == pytest.approx(alone_scores, abs=1e-6)
 
 
-def test_weight_decay_reaches_weight_matrices_only_by_default():
+def test_weight_decay_reaches_every_parameter_by_default_or_weight_matrices_only():
     graph = tiny_graph()
-    model = build_calibrator("SimCalib", graph.num_classes, weight_decay=0.05)
+    model = build_calibrator("SimCalib", graph.num_classes, weight_decay=0.05, decay="weights")
     decayed, free = model.parameter_groups()
     names = {id(p): n for n, p in model.named_parameters()}
     assert decayed["weight_decay"] == 0.05 and free["weight_decay"] == 0.0
     assert {names[id(p)] for p in decayed["params"]} == {"feature_gnn.weight1", "feature_gnn.weight2", "movement_weight"}
-    everything = build_calibrator("SimCalib", graph.num_classes, weight_decay=0.05, decay="all").parameter_groups()
+    everything = build_calibrator("SimCalib", graph.num_classes, weight_decay=0.05).parameter_groups()
     assert len(everything[1]["params"]) == 0
 
 
