@@ -47,17 +47,22 @@ def with_reference_rows(rows: pd.DataFrame, reference: pd.DataFrame) -> tuple[pd
     return pd.concat([rows, missing[rows.columns.intersection(missing.columns)]], ignore_index=True), diff, len(both)
 
 
-def metric_table(rows: pd.DataFrame, methods: list[str]) -> str:
-    lines = ["| benchmark | method | runs | " + " | ".join(label for _, label, _ in METRICS) + " |",
-             "|---|---|---|" + "---|" * len(METRICS)]
+def _method_rows(rows: pd.DataFrame, methods: list[str]):
+    """(dataset, backbone, method, its rows) for every benchmark in table order and every method that ran there."""
     for dataset, backbone in sorted_benchmarks(zip(rows["dataset"], rows["backbone"])):
         bench = rows[(rows["dataset"] == dataset) & (rows["backbone"] == backbone)]
         for method in methods:
             sub = bench[bench["calibrator"] == method]
-            if sub.empty:
-                continue
-            cells = [f"{sub[m].mean():.{d}f} ± {np.std(sub[m].to_numpy(float), ddof=0):.{d}f}" for m, _, d in METRICS]
-            lines.append(f"| {dataset} {backbone} | {method} | {len(sub)} | " + " | ".join(cells) + " |")
+            if not sub.empty:
+                yield dataset, backbone, method, sub
+
+
+def metric_table(rows: pd.DataFrame, methods: list[str]) -> str:
+    lines = ["| benchmark | method | runs | " + " | ".join(label for _, label, _ in METRICS) + " |",
+             "|---|---|---|" + "---|" * len(METRICS)]
+    for dataset, backbone, method, sub in _method_rows(rows, methods):
+        cells = [f"{sub[m].mean():.{d}f} ± {np.std(sub[m].to_numpy(float), ddof=0):.{d}f}" for m, _, d in METRICS]
+        lines.append(f"| {dataset} {backbone} | {method} | {len(sub)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -85,17 +90,12 @@ def fit_time_table(rows: pd.DataFrame, methods: list[str]) -> str:
     lines = ["| benchmark | method | fits | median fit (s) | max fit (s) | median fit / TS fit, same run |",
              "|---|---|---|---|---|---|"]
     ts = rows[rows["calibrator"] == "TS"][[*KEYS, "fit_seconds"]].rename(columns={"fit_seconds": "ts_seconds"})
-    for dataset, backbone in sorted_benchmarks(zip(rows["dataset"], rows["backbone"])):
-        bench = rows[(rows["dataset"] == dataset) & (rows["backbone"] == backbone)]
-        for method in methods:
-            sub = bench[bench["calibrator"] == method]
-            if sub.empty:
-                continue
-            paired = sub.merge(ts, on=KEYS)
-            ratio = f"{(paired['fit_seconds'] / paired['ts_seconds']).median():.2f} ({len(paired)} runs)" \
-                if len(paired) else "n/a"
-            lines.append(f"| {dataset} {backbone} | {method} | {len(sub)} | {sub['fit_seconds'].median():.3f} | "
-                         f"{sub['fit_seconds'].max():.3f} | {ratio} |")
+    for dataset, backbone, method, sub in _method_rows(rows, methods):
+        paired = sub.merge(ts, on=KEYS)
+        ratio = f"{(paired['fit_seconds'] / paired['ts_seconds']).median():.2f} ({len(paired)} runs)" \
+            if len(paired) else "n/a"
+        lines.append(f"| {dataset} {backbone} | {method} | {len(sub)} | {sub['fit_seconds'].median():.3f} | "
+                     f"{sub['fit_seconds'].max():.3f} | {ratio} |")
     return "\n".join(lines)
 
 
