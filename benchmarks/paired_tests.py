@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 
 from simcalib.report.results import load_study_results
-from simcalib.report.stats import paired_runs
+from simcalib.report.render import table_block, to_markdown
+from simcalib.report.stats import PAIRED_HEADER, paired_comparison_cells, paired_comparisons
 
 
 def main() -> None:
@@ -27,17 +28,9 @@ def main() -> None:
     rows = pd.concat([load_study_results(path).rows for path in args.results], ignore_index=True)
     if args.splits:
         rows = rows[rows["split"].isin([int(s) for s in args.splits.split(",")])]
-    print(f"| benchmark | method | reference | pairs | method {args.metric} | reference {args.metric} | "
-          "mean diff | method lower in | Wilcoxon p | Holm p |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for pair in args.pairs.split(","):
-        method, reference = pair.split(":")
-        table = paired_runs(rows, method, reference, args.metric)
-        for _, r in table.iterrows():
-            print(f"| {r['dataset']} {r['backbone']} | {method} | {reference} | {r['pairs']} | "
-                  f"{r[f'{method}_mean']:.2f} | {r[f'{reference}_mean']:.2f} | {r['mean_diff']:+.2f} | "
-                  f"{r['wins']}/{r['pairs']} | {r['pvalue']:.2g} | {r['pvalue_holm']:.2g} |")
-
+    pairs = [tuple(pair.split(":")) for pair in args.pairs.split(",")]
+    frame = paired_comparisons(rows, pairs, args.metric)
+    print(to_markdown([table_block(PAIRED_HEADER, paired_comparison_cells(frame), 3)]))
 
 if __name__ == "__main__":
     main()

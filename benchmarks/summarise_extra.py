@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simcalib.report.stats import paired_runs
+from simcalib.report.render import table_block, to_markdown
+from simcalib.report.stats import PAIRED_HEADER, paired_comparison_cells, paired_comparisons
 from simcalib.report.tables import EXTRA_CALIBRATORS, sorted_benchmarks
 
 KEYS = ["dataset", "backbone", "split", "init", "fold"]
@@ -67,21 +68,8 @@ def metric_table(rows: pd.DataFrame, methods: list[str]) -> str:
 
 
 def paired_table(rows: pd.DataFrame, methods: list[str], metric: str = "ece") -> str:
-    lines = [f"| benchmark | method | vs | pairs | {metric} method | {metric} vs | wins | p | p (Holm over benchmarks) |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    records = []
-    for method in methods:
-        for reference in REFERENCES:
-            frame = paired_runs(rows, method, reference, metric)
-            for _, r in frame.iterrows():
-                records.append((r["dataset"], r["backbone"], method, reference, r))
-    order = {b: i for i, b in enumerate(sorted_benchmarks((d, b) for d, b, *_ in records))}
-    for dataset, backbone, method, reference, r in sorted(records, key=lambda x: (order[(x[0], x[1])],
-                                                                                   methods.index(x[2]), x[3])):
-        lines.append(f"| {dataset} {backbone} | {method} | {reference} | {int(r['pairs'])} | "
-                     f"{r[f'{method}_mean']:.2f} | {r[f'{reference}_mean']:.2f} | {int(r['wins'])}/{int(r['pairs'])} | "
-                     f"{r['pvalue']:.2g} | {r['pvalue_holm']:.2g} |")
-    return "\n".join(lines)
+    frame = paired_comparisons(rows, [(m, r) for m in methods for r in REFERENCES], metric)
+    return to_markdown([table_block(PAIRED_HEADER, paired_comparison_cells(frame), 3)])
 
 
 def fit_time_table(rows: pd.DataFrame, methods: list[str]) -> str:

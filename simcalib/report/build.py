@@ -37,6 +37,8 @@ from simcalib.report.render import (
 )
 from simcalib.report.results import StudyResults, load_study_results, select_splits
 from simcalib.report.tables import (
+    ABLATION_METHODS,
+    EXTRA_CALIBRATORS,
     MAIN_METHODS,
     NOT_RUN,
     TABLE_SPECS,
@@ -118,6 +120,17 @@ class Significance:
     ours: dict  # the same on our Table 1 means
     across: pd.DataFrame  # SimCalib vs each baseline across benchmarks, Holm over baselines
     paired: pd.DataFrame  # SimCalib vs GATS per benchmark over paired runs, Holm over benchmarks
+    comparisons: pd.DataFrame  # every pair of REPORT_PAIRS that ran, per benchmark (stats.paired_comparisons)
+
+
+# The paired tests beyond SimCalib vs GATS: SimCalib's objectives and tuned settings against their references,
+# each ablation against the full method, and each extra calibrator against GATS and SimCalib.
+REPORT_PAIRS: tuple[tuple[str, str], ...] = (
+    ("SimCalib", "GATS"), ("SimCalib_separate", "GATS"), ("SimCalib", "SimCalib_separate"),
+    ("SimCalib_tuned", "GATS_tuned"), ("SimCalib_tuned", "SimCalib"), ("GATS_tuned", "GATS"),
+    *((m, "SimCalib") for m in ABLATION_METHODS if m != "SimCalib"),
+    *((m, ref) for m in EXTRA_CALIBRATORS for ref in ("GATS", "SimCalib")),
+)
 
 
 def compute_significance(study: StudyResults, tables: TableSet, paper: PaperTables) -> Significance:
@@ -129,18 +142,21 @@ def compute_significance(study: StudyResults, tables: TableSet, paper: PaperTabl
     baselines = [m for m in MAIN_METHODS if m != "SimCalib"]
     return Significance(reference, stats.across_benchmarks(ours_means, "SimCalib", "GATS"),
                         stats.across_benchmarks_all(ours_means, "SimCalib", baselines),
-                        stats.paired_runs(study.main_rows(), "SimCalib", "GATS", "ece"))
+                        stats.paired_runs(study.main_rows(), "SimCalib", "GATS", "ece"),
+                        stats.paired_comparisons(study.main_rows(), REPORT_PAIRS, "ece"))
 
 
 def write_significance(sig: Significance, out_dir: Path) -> list[Path]:
     folder = Path(out_dir) / "significance"
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / "across_benchmarks.csv", folder / "paired_runs_simcalib_vs_gats.csv"]
+    paths = [folder / "across_benchmarks.csv", folder / "paired_runs_simcalib_vs_gats.csv",
+             folder / "paired_runs_all.csv"]
     summary = pd.DataFrame([dict(source="paper Table 1", **sig.paper)] if sig.paper else [])
     summary = pd.concat([summary, pd.DataFrame([dict(source="ours", **sig.ours)])], ignore_index=True)
     pd.concat([summary.assign(family="paper's test"), sig.across.assign(source="ours", family="vs each baseline")],
               ignore_index=True).to_csv(paths[0], index=False, float_format="%.6g")
     sig.paired.to_csv(paths[1], index=False, float_format="%.6g")
+    sig.comparisons.to_csv(paths[2], index=False, float_format="%.6g")
     return paths
 
 
@@ -339,6 +355,13 @@ def significance_blocks(sig: Significance) -> list[Block]:
                  f"{r.mean_diff:+.2f}", str(r.wins), _p(r.pvalue), _p(r.pvalue_holm)] for r in sig.paired.itertuples()]
         blocks.append(table_block(["Dataset", "Backbone", "Pairs", "SimCalib", "GATS", "Mean diff", "SimCalib lower",
                                    "p", "p (Holm)"], body, 2))
+    others = sig.comparisons[~((sig.comparisons["method"] == "SimCalib") & (sig.comparisons["reference"] == "GATS"))]
+    if len(others):
+        blocks += [Heading(3, "Other paired comparisons on test ECE (Holm over the benchmarks within each pair)"),
+                   Paragraph("SimCalib's objectives and tuned settings against their references, each ablation "
+                             "against the full method, each extra calibrator against GATS and SimCalib; runs "
+                             "paired by (split, init, fold); `significance/paired_runs_all.csv` holds them all."),
+                   table_block(stats.PAIRED_HEADER, stats.paired_comparison_cells(others), 3)]
     return blocks
 
 

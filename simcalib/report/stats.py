@@ -112,5 +112,39 @@ def paired_runs(rows: pd.DataFrame, method: str = "SimCalib", reference: str = "
     return frame.iloc[order].reset_index(drop=True)
 
 
-__all__ = ["across_benchmarks", "across_benchmarks_all", "holm", "paired_runs", "relative_reduction",
-           "wilcoxon_pvalue"]
+def paired_comparisons(rows: pd.DataFrame, pairs: Sequence[tuple[str, str]], metric: str = "ece") -> pd.DataFrame:
+    """:func:`paired_runs` for every (method, reference) pair, as one long frame in benchmark order.
+
+    Columns: dataset, backbone, method, reference, pairs, method_mean, reference_mean, mean_diff, wins,
+    statistic, pvalue, pvalue_holm (Holm over the benchmarks within one pair, as in :func:`paired_runs`).
+    Pairs with no run in common are absent.
+    """
+    columns = ["dataset", "backbone", "method", "reference", "pairs", "method_mean", "reference_mean", "mean_diff",
+               "wins", "statistic", "pvalue", "pvalue_holm"]
+    frames = []
+    for rank, (method, reference) in enumerate(pairs):
+        frame = paired_runs(rows, method, reference, metric).rename(
+            columns={f"{method}_mean": "method_mean", f"{reference}_mean": "reference_mean"})
+        frames.append(frame.assign(method=method, reference=reference, _rank=rank))
+    if not frames or all(f.empty for f in frames):
+        return pd.DataFrame(columns=columns)
+    frame = pd.concat([f for f in frames if not f.empty], ignore_index=True)
+    order = sorted(range(len(frame)), key=lambda i: (benchmark_sort_key((frame["dataset"].iloc[i],
+                                                                         frame["backbone"].iloc[i])),
+                                                     frame["_rank"].iloc[i]))
+    return frame.iloc[order][columns].reset_index(drop=True)
+
+
+PAIRED_HEADER = ("Benchmark", "Method", "Reference", "Pairs", "Method mean", "Reference mean", "Mean diff",
+                 "Method lower", "p", "p (Holm)")
+
+
+def paired_comparison_cells(frame: pd.DataFrame, digits: int = 2) -> list[list[str]]:
+    """Rows of :data:`PAIRED_HEADER` for a :func:`paired_comparisons` frame (one rendering for report and scripts)."""
+    return [[f"{r.dataset} {r.backbone}", r.method, r.reference, str(int(r.pairs)), f"{r.method_mean:.{digits}f}",
+             f"{r.reference_mean:.{digits}f}", f"{r.mean_diff:+.{digits}f}", f"{int(r.wins)}/{int(r.pairs)}",
+             f"{r.pvalue:.2g}", f"{r.pvalue_holm:.2g}"] for r in frame.itertuples()]
+
+
+__all__ = ["PAIRED_HEADER", "across_benchmarks", "across_benchmarks_all", "holm", "paired_comparison_cells",
+           "paired_comparisons", "paired_runs", "relative_reduction", "wilcoxon_pvalue"]

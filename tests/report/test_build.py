@@ -37,6 +37,10 @@ def test_report_of_a_partial_study_has_tables_tests_figures_and_theory(synthetic
         for suffix in (".md", ".tex", ".csv"):
             assert (out.folder / "tables" / f"{stem}{suffix}").is_file()
     assert out.significance.paper["pvalue"] == pytest.approx(7.63e-4, abs=5e-7)
+    # the ablation is tested against the full method, run by run, beside SimCalib vs GATS
+    assert "Other paired comparisons on test ECE" in md and "| Cora GCN | SimCalib_l | SimCalib |" in md
+    pairs = (out.folder / "significance" / "paired_runs_all.csv").read_text()
+    assert "SimCalib_l,SimCalib" in pairs and "SimCalib,GATS" in pairs
 
 
 def test_report_of_an_empty_folder_renders_with_notes(tmp_path):

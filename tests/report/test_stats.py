@@ -10,7 +10,15 @@ import pandas as pd
 import pytest
 
 from simcalib.report.paper import load_paper_tables
-from simcalib.report.stats import across_benchmarks, holm, paired_runs, relative_reduction, wilcoxon_pvalue
+from simcalib.report.stats import (
+    across_benchmarks,
+    holm,
+    paired_comparison_cells,
+    paired_comparisons,
+    paired_runs,
+    relative_reduction,
+    wilcoxon_pvalue,
+)
 
 PAPER_DIR = Path(os.environ.get("SIMCALIB_PAPER_DIR", Path(__file__).resolve().parents[3] / "shared" / "paper"))
 
@@ -75,3 +83,22 @@ def test_paired_runs_holm_corrects_over_benchmarks_and_skips_unpaired_runs():
     result = paired_runs(rows, "SimCalib", "GATS")
     assert list(result["dataset"]) == ["Cora", "Citeseer"]  # paper order, Photo absent
     np.testing.assert_allclose(result["pvalue_holm"], 2 * result["pvalue"])
+
+
+def test_paired_comparisons_stacks_pairs_in_benchmark_order_and_skips_pairs_that_never_ran():
+    rows = pd.concat([_runs("GATS", [3.0, 4.0, 5.0, 6.0, 7.0, 8.0], "Citeseer"),
+                      _runs("SimCalib", [2.0, 3.5, 4.0, 5.5, 6.0, 8.5], "Citeseer"),
+                      _runs("GATS", [3.0, 4.0, 5.0, 6.0, 7.0, 8.0]),
+                      _runs("SimCalib", [3.5, 4.5, 5.5, 6.5, 7.5, 7.0]),
+                      _runs("IRM", [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])])
+    frame = paired_comparisons(rows, [("SimCalib", "GATS"), ("IRM", "GATS"), ("GETS", "GATS")])
+    assert list(zip(frame["dataset"], frame["method"])) == [("Cora", "SimCalib"), ("Cora", "IRM"),
+                                                          ("Citeseer", "SimCalib")]
+    cora_irm = frame.iloc[1]
+    assert cora_irm["pairs"] == 6 and cora_irm["wins"] == 6 and cora_irm["mean_diff"] == pytest.approx(-2.0)
+    # Holm within a pair: SimCalib vs GATS is corrected over its two benchmarks, IRM's single test is not
+    simcalib = frame[frame["method"] == "SimCalib"]
+    assert (simcalib["pvalue_holm"] >= simcalib["pvalue"]).all()
+    assert cora_irm["pvalue_holm"] == cora_irm["pvalue"]
+    cells = paired_comparison_cells(frame)
+    assert cells[1][:4] == ["Cora GCN", "IRM", "GATS", "6"] and cells[1][7] == "6/6"
