@@ -73,6 +73,7 @@ def run_identity(run: Run, settings: ProtocolSettings) -> dict[str, Any]:
         "code": library_fingerprint(),
         "torch": torch.__version__,
         "pyg": torch_geometric.__version__,
+        **({"trainer": "batched"} if settings.batch_runs else {}),  # the per-run keys stay as they were
     }
 
 

@@ -39,6 +39,7 @@ from simcalib.protocol import (
     evaluate_calibrator,
     summarize,
     train_run_backbone,
+    train_split_backbones,
 )
 from simcalib.study import BenchmarkPlan, Study, load_study, plan_study
 
@@ -78,6 +79,16 @@ def pretrain_backbone(run: Run, settings: ProtocolSettings, torch_threads: int |
             "train_seconds": float(output.train_seconds)}
 
 
+def pretrain_split(runs: list[Run], settings: ProtocolSettings, torch_threads: int | None = None,
+                   models_per_batch: int | None = None) -> list[str]:
+    """Train (or load) the backbones of ``runs`` (one split of one benchmark) as one batched model and put
+    each in the disk cache, where the per-run ``pretrain`` tasks then find it; returns the run tags."""
+    with _COMPUTE_LOCK:
+        _set_torch_threads(torch_threads)
+        train_split_backbones(runs, settings, models_per_batch)
+    return [run.tag() for run in runs]
+
+
 def calibrate_and_evaluate(run: Run, settings: ProtocolSettings, calibrator: str, options: dict,
                            predictions_dir: str | None = None, torch_threads: int | None = None) -> dict:
     """Fit ``calibrator`` on the run's (cached) backbone; returns the run's results row (test metrics)."""
@@ -105,6 +116,8 @@ def write_benchmark_results(dataset: str, backbone: str, rows: list[dict], out_d
 _RUN = "{run.dataset}-{run.backbone}-s{run.split}-i{run.init}-f{run.fold}"
 pretrain = task(pretrain_backbone, name="pretrain", task_run_name=f"pretrain-{_RUN}",
                 cache_key_fn=pretrain_cache_key_fn, persist_result=True, result_serializer="json")
+# No task cache: a re-run finds the trained models in the backbone disk cache, which is the cache that counts.
+pretrain_batch = task(pretrain_split, name="pretrain-split", cache_policy=NO_CACHE, persist_result=False)
 calibrate = task(calibrate_and_evaluate, name="calibrate", task_run_name=f"calibrate-{{calibrator}}-{_RUN}",
                  cache_key_fn=calibrate_cache_key_fn, persist_result=True, result_serializer="json")
 aggregate = task(write_benchmark_results, name="aggregate", task_run_name="aggregate-{dataset}-{backbone}",
@@ -170,8 +183,10 @@ def run_study(study_file: str, overrides: dict | None = None) -> dict:
     calibrations: dict = {}  # future -> (plan, run, calibrator)
     for plan in plans:
         predictions = str(plan.out_dir / "predictions") if spec.save_predictions else None
+        split_futures = _submit_split_batches(plan, threads, spec.runs.models_per_batch)
         for run in plan.runs:
-            backbone = pretrain_task.submit(run, plan.settings, threads)
+            backbone = pretrain_task.submit(run, plan.settings, threads,
+                                            wait_for=[split_futures[run.split]] if split_futures else None)
             pretrains[backbone] = (plan, run)
             for name, options in plan.calibrators:
                 future = calibrate_task.submit(run, plan.settings, name, options, predictions, threads,
@@ -225,6 +240,18 @@ def run_study(study_file: str, overrides: dict | None = None) -> dict:
         result["report"] = _report(study, logger)
     logger.info("study %s finished: pretrain %s, calibrate %s", study.name, pre_tally.as_dict(), cal_tally.as_dict())
     return result
+
+
+def _submit_split_batches(plan: BenchmarkPlan, threads: int | None, models_per_batch: int | None) -> dict:
+    """With ``runs.batch_runs``: one batched-training task per split of ``plan`` (split -> future); else {}."""
+    if not plan.settings.batch_runs:
+        return {}
+    by_split: dict[int, list[Run]] = {}
+    for run in plan.runs:
+        by_split.setdefault(run.split, []).append(run)
+    return {split: pretrain_batch.with_options(task_run_name=f"pretrain-split-{plan.name}-s{split}").submit(
+                runs, plan.settings, threads, models_per_batch)
+            for split, runs in by_split.items()}
 
 
 def _tracker(study: Study, logger):

@@ -10,6 +10,7 @@ restart skips it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import time
@@ -59,6 +60,8 @@ class ProtocolSettings:
     device: str = "auto"
     backbone_overrides: tuple[tuple[str, object], ...] = ()  # e.g. (("max_epochs", 200),)
     generated_splits: bool = False  # allow split indices beyond the fixed files (drawn from the study seed)
+    # backbones from the batched trainer (simcalib.backbones.batched): another random stream, cached apart
+    batch_runs: bool = False
 
     @property
     def label_rate(self) -> float:
@@ -120,7 +123,11 @@ def backbone_config(run: Run, settings: ProtocolSettings) -> BackboneConfig:
 
 
 def train_run_backbone(run: Run, settings: ProtocolSettings) -> BackboneOutput:
-    """The frozen backbone of ``run``: from the on-disk cache, or trained now and cached."""
+    """The frozen backbone of ``run``: from the on-disk cache, or trained now and cached. With
+    ``settings.batch_runs`` it is the batched trainer's backbone (a model's stream depends on its own seed
+    only, so a batch of one gives the model a full batch would have given)."""
+    if settings.batch_runs:
+        return train_split_backbones([run], settings)[0]
     graph = load_graph(run.dataset, settings)
     train_idx, cal_idx, _ = run_split(run, settings, graph).fold_indices(run.fold)
     config = backbone_config(run, settings)
@@ -447,6 +454,8 @@ def run_benchmark(
     another random stream than the per-run trainer, hence other backbones), with ``workers`` > 1 one split
     per process. ``resume_from``: a results.csv (e.g. committed under reports/) whose rows of the requested
     runs are copied into ``out_dir/results.csv`` first, so those runs are not computed again."""
+    if batch_runs != settings.batch_runs:  # the calibrators' view of a run must read the same backbones
+        settings = dataclasses.replace(settings, batch_runs=batch_runs)
     calibrators = [canonical_calibrator(c) for c in request.calibrators]
     if not calibrators:
         raise ConfigError("no calibrators given; choose from the registered names (see `simcalib benchmark --help`)")

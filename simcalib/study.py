@@ -9,6 +9,8 @@ A study is the GATS protocol over a set of benchmarks (datasets x backbones) and
     runs: {splits: 1, inits: 1, folds: 3, label_rate: 0.15}   # a count (0..n-1) or a list of indices
                                      # label_rate: one rate, or a list (a sweep: every benchmark at each rate)
                                      # generated_splits: false (true: splits beyond the fixed files are drawn)
+                                     # batch_runs: false (true: a split's backbones trained as one batched
+                                     # model, reports/performance/), models_per_batch: null (all of a split)
     backbone: {}                     # BackboneConfig overrides, e.g. {max_epochs: 200}
     data: {mirror: null, root: null, splits_dir: null, cache_dir: null}   # null: environment / defaults
     output: results/quick            # per benchmark: <output>/<Dataset>_<Backbone>/results.csv
@@ -65,6 +67,8 @@ class RunsSpec(_Strict):
     folds: int | list[int] = 3
     label_rate: LabelRate | list[LabelRate] = 0.15
     generated_splits: bool = False  # allow splits beyond the fixed split files (drawn from the study seed)
+    batch_runs: bool = False  # train a split's backbones as one batched model (another stream, cached apart)
+    models_per_batch: int | None = Field(default=None, ge=1)  # with batch_runs: at most this many per batch
 
 
 class DataSpec(_Strict):
@@ -212,7 +216,7 @@ class Study:
             study_seed=self.spec.seed, fold_rate=rate / N_FOLDS, n_folds=N_FOLDS,
             data_root=data.root, mirror=data.mirror, splits_dir=data.splits_dir, cache_dir=data.cache_dir,
             device=self.spec.device, backbone_overrides=tuple(sorted(self.spec.backbone.items())),
-            generated_splits=self.spec.runs.generated_splits,
+            generated_splits=self.spec.runs.generated_splits, batch_runs=self.spec.runs.batch_runs,
         )
 
     def line(self, path: Iterable[str | int]) -> int | None:

@@ -150,3 +150,12 @@ def test_splits_beyond_the_fixed_files_are_refused_before_work_unless_allowed(tm
     allowed = load_study(write(tmp_path, text.replace("splits: 7", "splits: 7, generated_splits: true")))
     sources = plan_study(allowed)[0].split_sources
     assert [s for s, source in sources.items() if source == "generated"] == [5, 6]
+
+
+def test_batch_runs_is_a_study_key_that_reaches_the_protocol_settings(tmp_path):
+    from simcalib.study import study_from_dict
+
+    study = study_from_dict({"name": "b", "benchmarks": {"datasets": ["Cora"]},
+                             "runs": {"batch_runs": True, "models_per_batch": 5}})
+    assert study.settings().batch_runs and study.spec.runs.models_per_batch == 5
+    assert not study_from_dict({"name": "p", "benchmarks": {"datasets": ["Cora"]}}).settings().batch_runs

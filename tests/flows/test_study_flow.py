@@ -156,3 +156,36 @@ def test_kill_9_then_the_same_command_recomputes_nothing_finished(reference, stu
     assert all(task_results.joinpath(name).stat().st_mtime_ns == mtime for name, mtime in finished.items())
     results = pd.read_csv(study_file.parent / "out" / "Cora_GCN" / "results.csv")
     pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))  # identical numbers, bit for bit
+
+
+def test_a_batch_runs_study_gives_the_numbers_of_the_batched_benchmark_and_not_the_per_run_ones(study_env, prefect_api, tmp_path):
+    import dataclasses
+
+    import torch
+
+    from flows.study import study_flow
+    from simcalib.protocol import BenchmarkRequest, run_benchmark
+    from simcalib.study import load_study
+
+    path = study_env.write("batched", calibrators=["UnCal", "TS"],
+                           runs={"splits": 1, "inits": 2, "folds": [0, 1], "batch_runs": True})
+    threads = torch.get_num_threads()
+    try:
+        result = study_flow(str(path))
+        assert result["tasks"]["pretrain"] == {"computed": 4, "cached": 0, "failed": 0}
+        flow_rows = pd.read_csv(result["benchmarks"][0]["results"])
+        # the same runs through `simcalib benchmark --batch-runs` with its own (empty) backbone cache
+        settings = dataclasses.replace(load_study(path).settings(), cache_dir=str(tmp_path / "cache"))
+        torch.set_num_threads(1)  # the study's torch_threads, part of a backbone's identity
+        direct = run_benchmark(BenchmarkRequest("Cora", "GCN", ["UnCal", "TS"], splits=[0], inits=[0, 1],
+                                                folds=[0, 1]), settings, tmp_path / "direct", batch_runs=True)
+    finally:
+        torch.set_num_threads(threads)
+    key = ["calibrator", "split", "init", "fold"]
+    pd.testing.assert_frame_equal(numbers(flow_rows.sort_values(key)), numbers(direct.sort_values(key)),
+                                  check_dtype=False)
+    # batched backbones are another draw than the per-run ones, cached apart
+    assert not numbers(flow_rows.sort_values(key))["ece"].equals(
+        numbers(run_benchmark(BenchmarkRequest("Cora", "GCN", ["UnCal", "TS"], splits=[0], inits=[0, 1], folds=[0, 1]),
+                              dataclasses.replace(settings, batch_runs=False), tmp_path / "per_run"
+                              ).sort_values(key))["ece"])
