@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +44,17 @@ KEY_COLUMNS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
 # What a fitted calibrator reports of itself (Calibrator.audit): SimCalib's chosen grid point and the mean and
 # std of its two temperatures over the test nodes; empty for the other calibrators.
 AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_std"]
-RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *METRIC_NAMES, "fit_seconds", "label_rate", *AUDIT_COLUMNS]
+# Which backbone a row was computed on: a digest of its logits. The same run trained on another CPU (or GPU)
+# can be another backbone (float rounding can move the early stop), so rows of one run are comparable only
+# if their digests agree; the report pairs runs on it. Empty in rows written before it existed.
+RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *METRIC_NAMES, "fit_seconds", "label_rate", *AUDIT_COLUMNS,
+                  "backbone_digest"]
+
+
+def backbone_digest(output: BackboneOutput) -> str:
+    """16 hex digits of SHA-256 over the backbone's float32 logits (bit-exact: any difference shows)."""
+    logits = output.logits.detach().to("cpu", torch.float32).contiguous().numpy()
+    return hashlib.sha256(logits.tobytes()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -224,6 +236,7 @@ def evaluate_calibrator(
         "dataset": run.dataset, "backbone": run.backbone, "calibrator": name,
         "split": run.split, "init": run.init, "fold": run.fold, "seed": run.seed(settings),
         **metrics, "fit_seconds": fit_seconds, "label_rate": settings.label_rate, **audit,
+        "backbone_digest": backbone_digest(output),
     }
 
 
@@ -249,6 +262,20 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
     if not path.is_file() or path.stat().st_size == 0:
         return pd.DataFrame(columns=RESULT_COLUMNS)
     return pd.read_csv(path)
+
+
+def _run_key(row) -> tuple:
+    return tuple(str(row[c]) for c in ("dataset", "backbone", "split", "init", "fold", "seed"))
+
+
+def _known_digests(results: pd.DataFrame) -> dict[tuple, set[str]]:
+    """Run -> the backbone digests its rows in ``results`` name (rows written before the column: none)."""
+    if "backbone_digest" not in results.columns:
+        return {}
+    known: dict[tuple, set[str]] = {}
+    for row in results.dropna(subset=["backbone_digest"]).to_dict("records"):
+        known.setdefault(_run_key(row), set()).add(str(row["backbone_digest"]))
+    return known
 
 
 def append_rows(path: Path, rows: Sequence[dict]) -> None:
@@ -486,17 +513,29 @@ def run_benchmark(
     else:
         rows_per_job = (_run_calibrators(run, settings, todo, options, predictions_dir) if todo else []
                         for run, todo in jobs)
+    known = _known_digests(existing)
+    other_backbone = []
     with contextlib.closing(rows_per_job):  # an interruption stops the runs in flight
         counted = _Counted(rows_per_job, len(jobs))
         for rows in progress(counted) if progress else counted:
             append_rows(results_path, rows)  # the parent alone writes results.csv, each run as it finishes
+            other_backbone += [row for row in rows[:1] if known.get(_run_key(row), {row["backbone_digest"]})
+                               - {row["backbone_digest"]}]
+    if other_backbone:
+        tags = ", ".join(f"s{r['split']} i{r['init']} f{r['fold']}" for r in other_backbone[:8])
+        warnings.warn(
+            f"{len(other_backbone)} run(s) of {runs[0].dataset} {runs[0].backbone} ({tags}"
+            f"{' ...' if len(other_backbone) > 8 else ''}) got another backbone than the earlier rows of the same "
+            f"run in {results_path} (backbone_digest differs: trained on another machine or code?); the report "
+            "does not pair such rows. To compare them, recompute the run's other calibrators here too (move their "
+            "rows out of results.csv and run the same command).", stacklevel=2)
     results = read_results(results_path)
     wanted = results["calibrator"].isin(calibrators) & (results["dataset"] == runs[0].dataset) & (results["backbone"] == runs[0].backbone)
     return results[wanted].reset_index(drop=True)
 
 
 __all__ = [
-    "AUDIT_COLUMNS", "KEY_COLUMNS", "RESULT_COLUMNS", "BenchmarkRequest", "ProtocolSettings", "Run", "append_rows",
+    "AUDIT_COLUMNS", "KEY_COLUMNS", "RESULT_COLUMNS", "backbone_digest", "BenchmarkRequest", "ProtocolSettings", "Run", "append_rows",
     "calibration_graph", "copy_finished_rows", "evaluate_calibrator", "load_graph", "make_runs", "read_results",
     "run_benchmark", "run_split", "run_split_sources", "summarize", "train_split_backbones",
     "train_run_backbone",

@@ -99,11 +99,11 @@ def test_simcalib_rows_carry_the_chosen_grid_point_and_temperatures(settings):
 
 def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_row(tmp_path):
     path = tmp_path / "results.csv"
-    old_columns = [c for c in RESULT_COLUMNS if c not in AUDIT_COLUMNS]
+    old_columns = [c for c in RESULT_COLUMNS if c not in AUDIT_COLUMNS and c != "backbone_digest"]
     old = pd.DataFrame([{c: 1 for c in old_columns}])
     old.to_csv(path, index=False)
     audit = {c: None for c in AUDIT_COLUMNS} | {"w": 0.8, "t": 0.5}  # as evaluate_calibrator writes it
-    append_rows(path, [{**{c: 2 for c in old_columns}, **audit}])
+    append_rows(path, [{**{c: 2 for c in old_columns}, **audit, "backbone_digest": "0123456789abcdef"}])
     both = pd.read_csv(path)
     assert list(both.columns[:len(RESULT_COLUMNS)]) == RESULT_COLUMNS and len(both) == 2
     assert both["ece"].tolist() == [1, 2] and pd.isna(both.loc[0, "w"]) and both.loc[1, "w"] == 0.8
@@ -194,3 +194,18 @@ def test_resume_from_committed_results_skips_the_runs_it_holds(settings, tmp_pat
     assert len(again) == 3 and len(pd.read_csv(tmp_path / "continued" / "results.csv")) == 3  # nothing twice
     with pytest.raises(ConfigError, match="resume-from"):
         run_benchmark(bigger, elsewhere, tmp_path / "x", resume_from=tmp_path / "missing.csv")
+
+
+def test_rows_name_their_backbone_and_a_resume_on_another_backbone_warns(settings, tmp_path):
+    request = BenchmarkRequest("cora", "GCN", ["uncal", "TS"], splits=[0], inits=[0, 1], folds=[0])
+    out = tmp_path / "out"
+    first = run_benchmark(request, settings, out)
+    digests = first.groupby("init")["backbone_digest"].agg(set)
+    assert all(len(d) == 1 for d in digests) and digests[0] != digests[1]  # one per backbone, all rows of a run
+    # The same runs continued where init 0's backbone was another (as on another machine): a warning names it.
+    raw = pd.read_csv(out / "results.csv")
+    raw.loc[raw["init"] == 0, "backbone_digest"] = "0123456789abcdef"
+    raw.to_csv(out / "results.csv", index=False)
+    more = BenchmarkRequest("cora", "GCN", ["uncal", "TS", "ETS"], splits=[0], inits=[0, 1], folds=[0])
+    with pytest.warns(UserWarning, match=r"1 run\(s\) of Cora GCN \(s0 i0 f0\) got another backbone"):
+        run_benchmark(more, settings, out)

@@ -86,6 +86,8 @@ def across_benchmarks_all(means: pd.DataFrame, method: str = "SimCalib",
 def paired_runs(rows: pd.DataFrame, method: str = "SimCalib", reference: str = "GATS",
                 metric: str = "ece") -> pd.DataFrame:
     """Per benchmark: runs of ``method`` and ``reference`` paired by (split, init, fold), Wilcoxon over the pairs.
+    Rows whose ``backbone_digest`` both exist and differ (the run's backbone was trained twice, e.g. on two
+    machines) are not a pair.
 
     Columns: dataset, backbone, pairs, mean of each, mean difference, wins, statistic, pvalue, pvalue_holm
     (Holm over the benchmarks tested).
@@ -95,9 +97,15 @@ def paired_runs(rows: pd.DataFrame, method: str = "SimCalib", reference: str = "
     if rows.empty:
         return pd.DataFrame(columns=columns)
     keyed = rows.drop_duplicates(subset=[*PAIR_KEYS, "calibrator"], keep="last")
-    left = keyed[keyed["calibrator"] == method][[*PAIR_KEYS, metric]]
-    right = keyed[keyed["calibrator"] == reference][[*PAIR_KEYS, metric]]
+    if "backbone_digest" not in keyed.columns:
+        keyed = keyed.assign(backbone_digest=np.nan)
+    left = keyed[keyed["calibrator"] == method][[*PAIR_KEYS, metric, "backbone_digest"]]
+    right = keyed[keyed["calibrator"] == reference][[*PAIR_KEYS, metric, "backbone_digest"]]
     pairs = left.merge(right, on=PAIR_KEYS, suffixes=("_m", "_r"))
+    # Two rows of a run are a pair only if they saw the same backbone: digests equal, or unknown on a side
+    # (rows written before the digest existed).
+    digest_m, digest_r = pairs["backbone_digest_m"], pairs["backbone_digest_r"]
+    pairs = pairs[digest_m.isna() | digest_r.isna() | (digest_m == digest_r)]
     records = []
     for (dataset, backbone), group in pairs.groupby(["dataset", "backbone"], sort=False):
         a, b = group[f"{metric}_m"].to_numpy(float), group[f"{metric}_r"].to_numpy(float)

@@ -102,3 +102,11 @@ def test_paired_comparisons_stacks_pairs_in_benchmark_order_and_skips_pairs_that
     assert cora_irm["pvalue_holm"] == cora_irm["pvalue"]
     cells = paired_comparison_cells(frame)
     assert cells[1][:4] == ["Cora GCN", "IRM", "GATS", "6"] and cells[1][7] == "6/6"
+
+
+def test_rows_of_one_run_on_different_backbones_are_not_paired():
+    gats = _runs("GATS", [3.0, 4.0, 5.0, 6.0, 7.0, 8.0]).assign(backbone_digest=["a", "b", "c", "d", "e", None])
+    simcalib = _runs("SimCalib", [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]).assign(
+        backbone_digest=["a", "b", "c", "x", None, "f"])  # run 4: another backbone; 5 and 6: one side unknown
+    result = paired_runs(pd.concat([gats, simcalib]), "SimCalib", "GATS")
+    assert result["pairs"].tolist() == [5]
