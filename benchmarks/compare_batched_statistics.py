@@ -8,6 +8,9 @@ the Wilcoxon signed-rank test (scipy.stats).
 
     python benchmarks/compare_batched_statistics.py results/batched/Cora_GCN/results.csv \\
         reports/full/results/Cora_GCN/results.csv [--metrics ece,accuracy]
+
+Any two results files of the same runs compare the same way; ``--names`` labels the two columns, e.g.
+``--names intel,amd`` for the per-run trainer on two machines (reports/full/superseded/amd_epyc/).
 """
 
 from __future__ import annotations
@@ -47,8 +50,11 @@ def main() -> None:
     parser.add_argument("batched")
     parser.add_argument("per_run")
     parser.add_argument("--metrics", default="ece,accuracy")
+    parser.add_argument("--names", default="batched,per_run", help="labels of the two files' columns")
     args = parser.parse_args()
+    first, second = args.names.split(",")
     table = compare(pd.read_csv(args.batched), pd.read_csv(args.per_run), args.metrics.split(","))
+    table = table.rename(columns={"batched": first, "per_run": second})
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
