@@ -348,6 +348,9 @@ def significance_blocks(sig: Significance) -> list[Block]:
                    table_block(["Baseline", "Benchmarks", "SimCalib lower", "p", "p (Holm)", "Mean relative reduction"],
                                body, 1)]
     blocks.append(Heading(3, "SimCalib vs GATS per benchmark over paired runs (Holm over the benchmarks)"))
+    blocks.append(Paragraph("Two rows are a pair when they share dataset, backbone, split, init and fold, and their "
+                            "`backbone_digest` (a hash of the backbone's logits) where both rows record one: rows "
+                            "of one run computed on different backbones, e.g. on two machines, are not paired."))
     if sig.paired.empty:
         blocks.append(Paragraph(f"_{NOT_RUN}: no benchmark has runs of both SimCalib and GATS._"))
     else:
@@ -360,7 +363,7 @@ def significance_blocks(sig: Significance) -> list[Block]:
         blocks += [Heading(3, "Other paired comparisons on test ECE (Holm over the benchmarks within each pair)"),
                    Paragraph("SimCalib's objectives and tuned settings against their references, each ablation "
                              "against the full method, each extra calibrator against GATS and SimCalib; runs "
-                             "paired by (split, init, fold); `significance/paired_runs_all.csv` holds them all."),
+                             "paired as above; `significance/paired_runs_all.csv` holds them all."),
                    table_block(stats.PAIRED_HEADER, stats.paired_comparison_cells(others), 3)]
     return blocks
 
