@@ -281,6 +281,9 @@ def run_search(request: SearchRequest, settings: ProtocolSettings) -> SearchResu
         space.grid()  # fail before any work if the space is not a grid
     if request.trials < 0:
         raise ConfigError(f"--trials must be >= 0, got {request.trials}")
+    for what, value in (("splits", request.splits), ("inits", request.inits), ("folds", request.folds)):
+        if not value:
+            raise ConfigError(f"no tuning {what} selected (give a count >= 1 or a list of indices)")
     runs = tuning_order(make_runs(request.dataset, request.backbone, request.splits, request.inits, request.folds))
     if any(f >= settings.n_folds for f in request.folds):
         raise ConfigError(f"folds must be within 0..{settings.n_folds - 1}")

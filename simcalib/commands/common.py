@@ -16,10 +16,13 @@ def count_or_list(value: str) -> list[int]:
     try:
         if "," in value or value.startswith("="):
             return [int(v) for v in value.lstrip("=").split(",") if v.strip()]
-        return list(range(int(value)))
+        count = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected a count (e.g. 5) or a comma list of indices (e.g. 0,2), got {value!r}") from None
+    if count < 1:  # "--splits 0" meant as "split 0" would otherwise select nothing
+        raise argparse.ArgumentTypeError(f"a count must be at least 1, got {value!r}; to name index 0 alone write =0")
+    return list(range(count))
 
 
 def add_data_options(parser: argparse.ArgumentParser) -> None:

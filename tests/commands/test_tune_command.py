@@ -88,3 +88,17 @@ def test_sigterm_stops_the_search_cleanly_and_the_same_command_continues(tiny_pr
     assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in after) == 4
     assert [t.number for t in after] == list(range(len(after)))  # numbering continues
     assert after[0].params == before[0].params and after[0].value == before[0].value
+
+
+def test_a_count_of_zero_is_refused_with_the_way_to_name_index_zero(capsys):
+    import argparse
+
+    from simcalib.cli import main
+    from simcalib.commands.common import count_or_list
+
+    assert count_or_list("3") == [0, 1, 2] and count_or_list("=0") == [0] and count_or_list("0,2") == [0, 2]
+    with pytest.raises(argparse.ArgumentTypeError, match="write =0"):
+        count_or_list("0")
+    with pytest.raises(SystemExit):
+        main(["tune", "--dataset", "Cora", "--backbone", "GCN", "--calibrator", "TS", "--splits", "0"])
+    assert "a count must be at least 1" in capsys.readouterr().err
