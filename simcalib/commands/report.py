@@ -70,7 +70,7 @@ MANIFEST_KEYS = {"results", "out", "title", "splits"}
 
 def read_manifest(path: str | os.PathLike) -> list[dict]:
     """The reports of a manifest: a YAML list of {results, out, title, splits (optional)}, paths relative to
-    the working directory (the project root)."""
+    the working directory (the project root); ``results`` is one folder or a list of folders read as one."""
     import yaml
 
     path = Path(path)
@@ -83,8 +83,11 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
         if not isinstance(entry, dict) or not {"results", "out", "title"} <= set(entry) or set(entry) - MANIFEST_KEYS:
             raise ConfigError(f"{path}: entry {index} must have the keys results, out, title (and optionally "
                               f"splits), got {entry!r}")
-        if not Path(entry["results"]).is_dir():
-            raise DataMissingError(f"{path}: entry {index}: results folder {entry['results']} does not exist")
+        folders = entry["results"] if isinstance(entry["results"], list) else [entry["results"]]
+        for folder in folders:
+            if not isinstance(folder, str) or not Path(folder).is_dir():
+                raise DataMissingError(f"{path}: entry {index}: results folder {folder!r} does not exist; "
+                                       "`results` is a folder or a list of folders")
     return entries
 
 

@@ -57,7 +57,7 @@ FULL_RUNS = 75  # 5 splits x 5 inits x 3 folds
 # Steps
 
 
-def load_inputs(results_dir: str | os.PathLike, paper_dir: str | os.PathLike | None = None,
+def load_inputs(results_dir: str | os.PathLike | Sequence[str | os.PathLike], paper_dir: str | os.PathLike | None = None,
                 splits: Sequence[int] | None = None) -> tuple[StudyResults, PaperTables]:
     return select_splits(load_study_results(results_dir), splits), load_paper_tables(paper_dir)
 
@@ -443,7 +443,7 @@ class ReportOutputs:
     theory_table: pd.DataFrame
 
 
-def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike, paper_dir: str | os.PathLike | None = None,
+def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str | os.PathLike, paper_dir: str | os.PathLike | None = None,
                  title: str | None = None, theory_reps: int = 2000, seed: int = 10,
                  theory_grid: dict | None = None, splits: Sequence[int] | None = None, keep_figures: bool = False,
                  regenerate: str | None = None) -> ReportOutputs:
@@ -461,7 +461,9 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike, pap
     files += [p for e in figures.entries for p in e.paths]
     theory_result = run_theory(out_dir, theory_reps, seed, theory_grid)
     files += theory_result.paths
-    title = title or f"SimCalib study report: {Path(results_dir).name}"
+    if title is None:
+        name = Path(results_dir).name if isinstance(results_dir, (str, os.PathLike)) else "several folders"
+        title = f"SimCalib study report: {name}"
     md, page = write_report(assemble(study, paper, tables, sig, figures, theory_result, out_dir, title, regenerate),
                             out_dir, title)
     return ReportOutputs(out_dir, md, page, [md, page, *files], sig, theory_result.table)

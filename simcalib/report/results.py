@@ -89,8 +89,19 @@ def read_results_file(path: Path) -> pd.DataFrame:
     return frame
 
 
-def load_study_results(root: str | os.PathLike) -> StudyResults:
-    """Read every ``results.csv`` and ``predictions/*.npz`` below ``root`` (a folder or one results.csv)."""
+def load_study_results(root: str | os.PathLike | Sequence[str | os.PathLike]) -> StudyResults:
+    """Read every ``results.csv`` and ``predictions/*.npz`` below ``root`` (a folder or one results.csv).
+
+    ``root`` may also be a list of folders (e.g. the committed 75-run results of the small benchmarks and the
+    offline pass of the large ones): each is read as one, then the rows are concatenated; a run present in
+    two folders is counted once (the later folder's row), with a note."""
+    if not isinstance(root, (str, os.PathLike)):
+        roots = [Path(r) for r in root]
+        if not roots:
+            raise ConfigError("no results folder given; name at least one")
+        if len(roots) > 1:
+            return _merge([load_study_results(r) for r in roots])
+        root = roots[0]
     root = Path(root)
     if not root.exists():
         raise DataMissingError(f"results folder {root} does not exist; pass the --out folder of `simcalib benchmark` "
@@ -112,6 +123,17 @@ def load_study_results(root: str | os.PathLike) -> StudyResults:
     rows = _deduplicate(rows, notes)
     rows = _drop_non_finite(rows, notes)
     predictions = index_predictions(base if root.is_file() else root, rows)
+    return StudyResults(root, rows.reset_index(drop=True), predictions, notes)
+
+
+def _merge(parts: list[StudyResults]) -> StudyResults:
+    """Several folders' results as one study; ``source`` is prefixed with each folder, so it stays unique."""
+    notes = [note for part in parts for note in part.notes]
+    rows = pd.concat([part.rows.assign(source=[str(part.root / s) for s in part.rows["source"]])
+                      for part in parts if len(part.rows)] or [parts[0].rows], ignore_index=True)
+    rows = _deduplicate(rows, notes)
+    predictions = pd.concat([part.predictions for part in parts], ignore_index=True)
+    root = Path(", ".join(str(part.root) for part in parts))  # shown to the reader as the list it is
     return StudyResults(root, rows.reset_index(drop=True), predictions, notes)
 
 

@@ -117,3 +117,17 @@ def test_every_report_of_a_manifest_regenerates_from_results_keeping_prediction_
     manifest.write_text(f"- results: {tmp_path / 'results'}\n  out: {out}\n")
     assert main(["report", "--every", str(manifest)]) == 2
     assert "must have the keys results, out, title" in capsys.readouterr().err
+    manifest.write_text(f"- results: [{tmp_path / 'results'}, {tmp_path / 'missing'}]\n  out: {out}\n  title: t\n")
+    assert main(["report", "--every", str(manifest)]) == 2
+    err = capsys.readouterr().err
+    assert f"results folder '{tmp_path / 'missing'}' does not exist" in err
+
+
+def test_a_manifest_entry_may_read_several_results_folders(tmp_path):
+    write_benchmark(tmp_path / "small" / "Cora_GCN", "Cora", "GCN", ["UnCal", "SimCalib"], predictions=False)
+    write_benchmark(tmp_path / "large" / "Photo_GAT", "Photo", "GAT", ["UnCal", "SimCalib"], predictions=False)
+    out, manifest = tmp_path / "report", tmp_path / "reports.yaml"
+    manifest.write_text(f"- results: [{tmp_path / 'small'}, {tmp_path / 'large'}]\n  out: {out}\n  title: both\n")
+    assert main(["report", "--every", str(manifest), "--theory-reps", "20", "--paper-dir", str(tmp_path / "np")]) == 0
+    md = (out / "report.md").read_text()
+    assert "| Cora | GCN | SimCalib, UnCal | 6 |" in md and "| Photo | GAT | SimCalib, UnCal | 6 |" in md

@@ -30,6 +30,22 @@ def test_repeated_rows_are_counted_once(tmp_path):
     assert len(study.rows) == 6 and any("counted once" in n for n in study.notes)
 
 
+def test_several_folders_are_read_as_one_study_with_their_predictions(tmp_path):
+    write_benchmark(tmp_path / "small" / "Cora_GCN", "Cora", "GCN", ["UnCal", "TS"], predictions=False)
+    write_benchmark(tmp_path / "large" / "Photo_GCN", "Photo", "GCN", ["UnCal", "SimCalib"])
+    write_benchmark(tmp_path / "large" / "Cora_GCN", "Cora", "GCN", ["UnCal"], predictions=False)  # repeats small's
+    study = load_study_results([tmp_path / "small", tmp_path / "large"])
+    assert len(study.rows) == 6 * 2 + 6 * 2  # Cora's UnCal rows once
+    assert set(study.rows["source"]) == {str(tmp_path / "small" / "Cora_GCN"), str(tmp_path / "large" / "Photo_GCN"),
+                                         str(tmp_path / "large" / "Cora_GCN")}
+    assert any("counted once" in n for n in study.notes)
+    assert set(study.predictions["dataset"]) == {"Photo"} and set(study.predictions["label_rate"]) == {0.15}
+    assert str(tmp_path / "small") in str(study.root) and str(tmp_path / "large") in str(study.root)
+    assert len(load_study_results([tmp_path / "small"]).rows) == 12
+    with pytest.raises(DataMissingError):
+        load_study_results([tmp_path / "small", tmp_path / "nowhere"])
+
+
 def test_rows_with_nan_ece_are_left_out_with_a_note(tmp_path):
     write_benchmark(tmp_path / "a", "Cora", "GCN", ["UnCal", "TS"], predictions=False)
     frame = pd.read_csv(tmp_path / "a" / "results.csv")
