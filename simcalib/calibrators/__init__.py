@@ -96,6 +96,9 @@ register_calibrator("SimCalib", SimCalib)
 # SimCalib's branches fitted one at a time (the default before issue 10), to compare with the paper's joint fit.
 register_calibrator("SimCalib_separate", SimCalib, "SimCalib with each branch fitted alone, then mixed by w",
                     training="separate")
+# The grid criterion before screen 3 (NLL on the early-stopping nodes), to compare with the current default.
+register_calibrator("SimCalib_stop_nll", SimCalib, "SimCalib choosing its (w, t) point by NLL on the early-stopping nodes",
+                    grid_criterion="stop_nll")
 register_calibrator("SimCalib_l", SimCalib, "SimCalib with the backbone's logits instead of s_i in G_feat",
                     feature_input="logits")
 register_calibrator("SimCalib_m", SimCalib, "SimCalib, movement-similarity branch only (w = 0)", w=0.0)

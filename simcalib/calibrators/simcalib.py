@@ -50,8 +50,11 @@ option                 default         meaning
                                        included; ``"weights"``: weight matrices only. Chosen on labelled nodes
                                        by the rule of reports/simcalib_joint/README.md (crossfit ECE 7.76 vs
                                        8.66 over 4 benchmarks): with free biases the joint fit sharpens T_feat
-``grid_criterion``     ``"stop_nll"``  grid selection: NLL on the early-stopping nodes (training folds); or
-                                       ``fit_nll``, ``stop_ece``, ``fit_ece`` (fit = calibration fold)
+``grid_criterion``     ``"fit_nll"``   grid selection: NLL on the calibration nodes the points were fitted on;
+                                       ``stop_nll`` (the early-stopping nodes, i.e. the backbone's training
+                                       folds; the default until screen 3), ``stop_ece``, ``fit_ece``. Chosen on
+                                       labelled nodes by screen 3 of reports/simcalib_joint/README.md
+                                       (crossfit ECE 7.21 vs 7.34, NLL 0.6227 vs 0.6195)
 =====================  ==============  =====================================================================
 
 Two additions to the paper's equations, both needed under the protocol's training rule (early stopping on
@@ -127,6 +130,16 @@ class SimCalibInputs:
 
 
 @dataclass
+class _NodeInputs:
+    """SimCalibInputs gathered on one node set (the calibration or the early-stopping nodes of a fit)."""
+    logits: Tensor  # [n, K]
+    labels: Tensor  # [n]
+    feature: tuple | None  # G_feat's inputs restricted to what the n outputs need (GCN), else None
+    messages: Tensor | None  # [P, n, K]
+    gap: Tensor | None  # [n, 1]
+
+
+@dataclass
 class MovementGraph:
     edges: SortedEdges  # j -> i
     logit_products: Tensor  # [E] z_i . z_j of the homophily term
@@ -151,7 +164,7 @@ class SimCalib(GraphInputsCache, Calibrator):
         t: float | None = None,
         w_grid: Sequence[float] = PAPER_W_GRID,
         t_grid: Sequence[float] = PAPER_T_GRID,
-        grid_criterion: str = "stop_nll",
+        grid_criterion: str = "fit_nll",
         training: str = "joint",
         decay: str = "all",
         feature_input: str = "mahalanobis",
@@ -279,17 +292,33 @@ class SimCalib(GraphInputsCache, Calibrator):
         return movement_messages(g.sorted_logits, alpha, eta, g.degree, g.edges, t)
 
     # --------------------------------------------------------------------------------------------- forward
+    def _on_nodes(self, graph: CalibrationGraph, nodes: Tensor) -> _NodeInputs:
+        """The constant inputs restricted to ``nodes``, computed once per (graph, node set).
+
+        A fit evaluates the same two node sets (calibration and early-stopping nodes) every epoch; gathering
+        the [P, N, K] messages, the logits and G_feat's inputs anew each time cost more than the model itself
+        on small graphs. These are pure gathers, so the numbers are those of gathering every time.
+        """
+        cache = self._restricted_cache if self._restricted_graph is graph else {}
+        self._restricted_graph, self._restricted_cache = graph, cache
+        key = (nodes.data_ptr(), nodes.numel())
+        if key not in cache or not torch.equal(cache[key][0], nodes):
+            inputs = self.graph_inputs(graph)
+            feature = None
+            if inputs.feature is not None and hasattr(self.feature_gnn, "restrict"):
+                feature = self.feature_gnn.restrict(inputs.feature, nodes)
+            cache[key] = (nodes.clone(), _NodeInputs(
+                logits=graph.logits[nodes], labels=graph.labels[nodes], feature=feature,
+                messages=None if inputs.messages is None else inputs.messages[:, nodes],  # [P, n, K]
+                gap=None if inputs.confidence_gap is None else inputs.confidence_gap[nodes]))
+        return cache[key][1]
+
     def _feature_inputs(self, graph: CalibrationGraph, nodes: Tensor | None):
         """G_feat's prepared inputs, restricted to what ``nodes``' outputs need (GCN; cached per node set)."""
         prepared = self.graph_inputs(graph).feature
         if nodes is None or not hasattr(self.feature_gnn, "restrict"):
             return prepared, False
-        cache = self._restricted_cache if self._restricted_graph is graph else {}
-        self._restricted_graph, self._restricted_cache = graph, cache
-        key = (nodes.data_ptr(), nodes.numel())
-        if key not in cache or not torch.equal(cache[key][0], nodes):
-            cache[key] = (nodes.clone(), self.feature_gnn.restrict(prepared, nodes))
-        return cache[key][1], True
+        return self._on_nodes(graph, nodes).feature, True
 
     _restricted_graph = None
     _restricted_cache: dict = {}
@@ -308,8 +337,10 @@ class SimCalib(GraphInputsCache, Calibrator):
         ``points``), [P, N, 1] (or on ``nodes``: [P, n, 1], computed on those nodes only)."""
         inputs = self.graph_inputs(graph)
         chosen = torch.arange(len(self.points)) if points is None else points
+        restricted = None if nodes is None else self._on_nodes(graph, nodes)
         if self.eta_near is None:
-            messages = inputs.messages if points is None else inputs.messages[points]  # [p, N, K]
+            messages = inputs.messages if restricted is None else restricted.messages  # [P, N or n, K]
+            messages = messages if points is None else messages[points]  # [p, N or n, K]
         else:  # learned eta: the messages depend on each point's scalings
             hops = inputs.movement_graph.hops
             ones = torch.ones_like(hops, dtype=self.eta_near.dtype)
@@ -319,10 +350,9 @@ class SimCalib(GraphInputsCache, Calibrator):
                                torch.where(hops == 0, near[p, 0], torch.where(hops == 1, near[p, 1], ones)),
                                self.points[p][1])
                 for p in chosen.tolist()])  # [p, N, K]
-        gap = inputs.confidence_gap
-        if nodes is not None:
+        gap = inputs.confidence_gap if restricted is None else restricted.gap
+        if restricted is not None and self.eta_near is not None:
             messages = messages[:, nodes]
-            gap = gap[nodes] if gap is not None else None
         weight = self.movement_weight if points is None else self.movement_weight[points]
         logit = torch.bmm(messages, weight)  # [p, n, H]
         if self.confidence_coef is not None:
@@ -338,7 +368,7 @@ class SimCalib(GraphInputsCache, Calibrator):
                         points: Tensor | None = None) -> list[Tensor]:
         """log(weight) + log softmax(z / T) of each mixture component present, each [P, N, K] (or restricted to
         ``nodes`` and ``points``)."""
-        z = graph.logits if nodes is None else graph.logits[nodes]
+        z = graph.logits if nodes is None else self._on_nodes(graph, nodes).logits
         log_w, log_1mw = (self.log_w, self.log_1mw) if points is None else (self.log_w[points], self.log_1mw[points])
         components = []
         if self.feature_gnn is not None:
@@ -416,7 +446,7 @@ class SimCalib(GraphInputsCache, Calibrator):
     def unit_losses(self, graph: CalibrationGraph, nodes: Tensor, labels: Tensor, points: Tensor | None = None) -> Tensor:
         """Mean NLL on ``nodes`` of every training unit of ``points`` (default all): [p, 1] jointly (the
         mixture), [p, 2] separately (feature branch alone, movement branch alone; a branch not built gives 0)."""
-        target = labels[nodes]
+        target = self._on_nodes(graph, nodes).labels if labels is graph.labels else labels[nodes]
         if self.training_mode == "joint":
             log_probs = self.grid_log_probs(graph, nodes, points)  # [p, n, K]
             return self._nll(log_probs, target)[:, None]
@@ -425,7 +455,7 @@ class SimCalib(GraphInputsCache, Calibrator):
         for present, temperature in ((self.feature_gnn is not None, self.grid_feature_temperature),
                                      (self.movement_weight is not None, self.grid_movement_temperature)):
             if present:
-                log_probs = F.log_softmax(graph.logits[nodes] / temperature(graph, nodes, points), dim=2)
+                log_probs = F.log_softmax(self._on_nodes(graph, nodes).logits / temperature(graph, nodes, points), dim=2)
                 columns.append(self._nll(log_probs, target))
             else:
                 columns.append(torch.zeros(count, device=graph.device))

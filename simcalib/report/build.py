@@ -127,6 +127,7 @@ class Significance:
 # each ablation against the full method, and each extra calibrator against GATS and SimCalib.
 REPORT_PAIRS: tuple[tuple[str, str], ...] = (
     ("SimCalib", "GATS"), ("SimCalib_separate", "GATS"), ("SimCalib", "SimCalib_separate"),
+    ("SimCalib", "SimCalib_stop_nll"), ("SimCalib_stop_nll", "GATS"),
     ("SimCalib_tuned", "GATS_tuned"), ("SimCalib_tuned", "SimCalib"), ("GATS_tuned", "GATS"),
     *((m, "SimCalib") for m in ABLATION_METHODS if m != "SimCalib"),
     *((m, ref) for m in EXTRA_CALIBRATORS for ref in ("GATS", "SimCalib")),
