@@ -179,6 +179,38 @@ def test_simcalib_selects_w_and_t_from_the_paper_grid():
     assert (info["w"], info["t"]) == (best["w"], best["t"]) == (model.w, model.t)
 
 
+@pytest.mark.parametrize("criterion,nodes", [("fit_nll", "cal_idx"), ("stop_nll", "train_idx")])
+def test_the_grid_point_is_scored_by_nll_on_the_nodes_the_criterion_names(criterion, nodes):
+    graph = tiny_graph()
+    model = fitted("SimCalib", graph, grid_criterion=criterion)
+    idx = getattr(graph, nodes)
+    with torch.no_grad():
+        nll = [F.nll_loss(lp[idx], graph.labels[idx]).item() for lp in model.grid_log_probs(graph)]
+    assert [g["score"] for g in model.fit_info["grid"]] == pytest.approx(nll, abs=1e-6)
+
+
+def test_the_default_grid_criterion_is_fit_nll_and_the_previous_one_stays_registered():
+    assert build_calibrator("SimCalib", 3).grid_criterion == "fit_nll"
+    assert build_calibrator("SimCalib_stop_nll", 3).grid_criterion == "stop_nll"
+    assert CALIBRATORS["SimCalib_stop_nll"].cls is SimCalib
+
+
+def test_inputs_gathered_once_per_node_set_give_the_numbers_of_gathering_each_time():
+    graph = tiny_graph()
+    model = fitted("SimCalib", graph, feat_gnn="gcn")
+    nodes = graph.cal_idx
+    with torch.no_grad():
+        first = model.unit_losses(graph, nodes, graph.labels)
+        cached = model._on_nodes(graph, nodes)
+        assert model._on_nodes(graph, nodes) is cached  # the same node set reuses the gathered inputs
+        assert torch.equal(cached.messages, model.graph_inputs(graph).messages[:, nodes])
+        assert torch.equal(cached.logits, graph.logits[nodes]) and torch.equal(cached.labels, graph.labels[nodes])
+        model._restricted_cache, model._restricted_graph = {}, None  # gather again from scratch
+        assert torch.equal(model.unit_losses(graph, nodes, graph.labels), first)
+        other = model._on_nodes(graph, graph.train_idx)
+        assert other is not cached and torch.equal(other.labels, graph.labels[graph.train_idx])
+
+
 def test_fixed_w_and_t_skip_the_grid():
     model = fitted("SimCalib", tiny_graph(), w=0.5, t=0.3)
     assert [(g["w"], g["t"]) for g in model.fit_info["grid"]] == [(0.5, 0.3)]
