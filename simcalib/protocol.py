@@ -35,6 +35,7 @@ from simcalib.backbones import (
 from simcalib.calibrators import CalibrationGraph, build_calibrator, canonical_calibrator
 from simcalib.data import GraphData, get_spec, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
+from simcalib.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
 from simcalib.metrics import METRIC_NAMES, compute_metrics
 from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
 from simcalib.similarity import nearest_prototype_distance
@@ -47,8 +48,10 @@ AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_s
 # Which backbone a row was computed on: a digest of its logits. The same run trained on another CPU (or GPU)
 # can be another backbone (float rounding can move the early stop), so rows of one run are comparable only
 # if their digests agree; the report pairs runs on it. Empty in rows written before it existed.
+# ``figure_bins``: the binned test predictions the paper's figures need (simcalib.figure_bins), for the
+# calibrators those figures show; empty for the others and in rows written before it existed.
 RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *METRIC_NAMES, "fit_seconds", "label_rate", *AUDIT_COLUMNS,
-                  "backbone_digest"]
+                  "backbone_digest", "figure_bins"]
 
 
 def backbone_digest(output: BackboneOutput) -> str:
@@ -227,16 +230,20 @@ def evaluate_calibrator(
     audit = {column: None for column in AUDIT_COLUMNS} | model.audit(cg, torch.from_numpy(test_idx).to(device))
     y_test = load_graph(run.dataset, settings).y[test_idx]
     metrics = compute_metrics(probs[test_idx], y_test)
-    if predictions_dir is not None:
+    figure_bins = None
+    if predictions_dir is not None or name in FIGURE_CALIBRATORS:
         # the feature-similarity figure's x axis; prototypes from the training folds, as SimCalib's default
-        distance = nearest_prototype_distance(cg.hidden, cg.labels, cg.train_idx, cg.num_classes, test_idx)
-        save_predictions(Path(predictions_dir), run, name, probs[test_idx].numpy(), y_test.numpy(), test_idx,
-                         distance.cpu().numpy())
+        distance = nearest_prototype_distance(cg.hidden, cg.labels, cg.train_idx, cg.num_classes, test_idx).cpu().numpy()
+        if name in FIGURE_CALIBRATORS:
+            figure_bins = to_json(summarise(probs[test_idx].numpy(), y_test.numpy(), distance))
+        if predictions_dir is not None:
+            save_predictions(Path(predictions_dir), run, name, probs[test_idx].numpy(), y_test.numpy(), test_idx,
+                             distance)
     return {
         "dataset": run.dataset, "backbone": run.backbone, "calibrator": name,
         "split": run.split, "init": run.init, "fold": run.fold, "seed": run.seed(settings),
         **metrics, "fit_seconds": fit_seconds, "label_rate": settings.label_rate, **audit,
-        "backbone_digest": backbone_digest(output),
+        "backbone_digest": backbone_digest(output), "figure_bins": figure_bins,
     }
 
 

@@ -97,13 +97,29 @@ def test_simcalib_rows_carry_the_chosen_grid_point_and_temperatures(settings):
     assert all(ts[column] is None for column in AUDIT_COLUMNS)
 
 
+def test_rows_of_the_figures_calibrators_carry_their_binned_test_predictions(settings, tmp_path):
+    import numpy as np
+
+    from simcalib.figure_bins import from_json
+    from simcalib.report.results import load_predictions
+
+    run, out = Run("Cora", "GCN", 0, 0, 0), tmp_path / "predictions"
+    uncal = evaluate_calibrator(run, settings, "UnCal", predictions_dir=out)
+    bins = from_json(uncal["figure_bins"])
+    assert bins.ece() == pytest.approx(uncal["ece"], abs=1e-5)  # the row's own ECE, from the bins alone
+    saved = load_predictions(out / "Cora_GCN_s0_i0_f0_UnCal.npz")
+    assert bins.nodes == len(saved.labels) and bins.count.shape == (5, 15)
+    assert np.all(np.diff(bins.distance) > 0)  # groups ordered by feature distance
+    assert evaluate_calibrator(run, settings, "TS")["figure_bins"] is None  # not a calibrator the figures show
+
+
 def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_row(tmp_path):
     path = tmp_path / "results.csv"
-    old_columns = [c for c in RESULT_COLUMNS if c not in AUDIT_COLUMNS and c != "backbone_digest"]
+    old_columns = [c for c in RESULT_COLUMNS if c not in AUDIT_COLUMNS and c not in ("backbone_digest", "figure_bins")]
     old = pd.DataFrame([{c: 1 for c in old_columns}])
     old.to_csv(path, index=False)
     audit = {c: None for c in AUDIT_COLUMNS} | {"w": 0.8, "t": 0.5}  # as evaluate_calibrator writes it
-    append_rows(path, [{**{c: 2 for c in old_columns}, **audit, "backbone_digest": "0123456789abcdef"}])
+    append_rows(path, [{**{c: 2 for c in old_columns}, **audit, "backbone_digest": "0123456789abcdef", "figure_bins": None}])
     both = pd.read_csv(path)
     assert list(both.columns[:len(RESULT_COLUMNS)]) == RESULT_COLUMNS and len(both) == 2
     assert both["ece"].tolist() == [1, 2] and pd.isna(both.loc[0, "w"]) and both.loc[1, "w"] == 0.8
@@ -114,7 +130,12 @@ def test_saved_predictions_carry_the_feature_distance_the_similarity_figure_grou
     import torch
 
     from simcalib.protocol import calibration_graph, train_run_backbone
-    from simcalib.report.figures import feature_similarity_figure, similarity_groups, similarity_summary
+    from simcalib.report.figures import (
+        feature_similarity_figure,
+        figure_bins_frame,
+        similarity_groups,
+        similarity_summary,
+    )
     from simcalib.report.results import index_predictions, load_predictions
     from simcalib.similarity import mahalanobis_to_prototypes
 
@@ -129,7 +150,7 @@ def test_saved_predictions_carry_the_feature_distance_the_similarity_figure_grou
     assert np.allclose(saved.feature_distance, expected[torch.as_tensor(test_idx)].min(dim=1).values.numpy())
     assert np.ptp(saved.feature_distance) > 0
 
-    groups = similarity_groups(index_predictions(tmp_path, pd.DataFrame()))
+    groups = similarity_groups(figure_bins_frame(index_predictions(tmp_path, pd.DataFrame())))
     assert groups is not None and sorted(groups["group"].unique()) == [1, 2, 3, 4, 5]
     summary = similarity_summary(groups)
     assert set(summary["calibrator"]) == {"UnCal", "GATS", "SimCalib"}
