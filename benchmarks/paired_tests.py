@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from simcalib.report.results import load_study_results
 from simcalib.report.render import table_block, to_markdown
+from simcalib.report.results import load_study_results
 from simcalib.report.stats import PAIRED_HEADER, paired_comparison_cells, paired_comparisons
 
 

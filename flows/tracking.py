@@ -255,19 +255,24 @@ class StudyTracker:
             self.client.log_batch(run_id, metrics=entries[start:start + BATCH], synchronous=True)
 
     def _reliability_png(self, record: BenchmarkRecord, calibrator: str, folder: Path) -> Path | None:
-        """Reliability diagram of every run's test predictions of ``calibrator`` pooled, as a PNG file."""
-        if record.predictions_dir is None:
-            return None
-        from simcalib.plots import reliability_diagram
-        from simcalib.report.figures import pool_predictions
+        """Reliability diagram of every run's test predictions of ``calibrator`` pooled, as a PNG file: from the
+        rows' ``figure_bins``, else from saved predictions; None when neither is there."""
+        from simcalib.figure_bins import from_json, pool, summarise
+        from simcalib.plots import reliability_diagram_from_bins
+        from simcalib.report.results import load_predictions
 
-        paths = sorted(str(p) for p in Path(record.predictions_dir).glob(f"*_{calibrator}.npz")
-                       if p.name.removesuffix(f"_{calibrator}.npz").count("_") == 4)  # not SimCalib_l for SimCalib
-        pooled = pool_predictions(paths)
+        rows = record.results
+        binned = (rows.loc[(rows["calibrator"] == calibrator) & rows["figure_bins"].notna(), "figure_bins"]
+                  if "figure_bins" in rows.columns else [])
+        runs = [from_json(text) for text in binned]
+        if not runs and record.predictions_dir is not None:
+            paths = sorted(p for p in Path(record.predictions_dir).glob(f"*_{calibrator}.npz")
+                           if p.name.removesuffix(f"_{calibrator}.npz").count("_") == 4)  # not SimCalib_l for SimCalib
+            runs = [summarise(saved.probs, saved.labels) for saved in map(load_predictions, paths)]
+        pooled = pool(runs)
         if pooled is None:
             return None
-        probs, labels = pooled.as_probs()
-        ax = reliability_diagram(probs, labels, title=f"{record.name} {calibrator} ({pooled.runs} runs)")
+        ax = reliability_diagram_from_bins(*pooled.reliability(), title=f"{record.name} {calibrator} ({pooled.runs} runs)")
         path = folder / f"reliability_{calibrator}.png"
         ax.figure.savefig(path, dpi=110)
         return path

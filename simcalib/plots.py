@@ -30,14 +30,28 @@ def reliability_diagram(probs, labels, ax: Axes | None = None, title: str | None
     mean confidence (above the bar when overconfident, inside it when underconfident); dashed line:
     perfect calibration. The ECE (%) is in the legend, or appended to the title when ``legend=False``.
     """
-    ax = ax if ax is not None else _new_axes()
     bins = reliability_bins(probs, labels, n_bins)
+    count = bins.count.astype(float)
+    return reliability_diagram_from_bins(count, np.nan_to_num(bins.confidence) * count,
+                                         np.nan_to_num(bins.accuracy) * count, ax, title, color, legend,
+                                         ece_pct=100 * ece(probs, labels, n_bins))
+
+
+def reliability_diagram_from_bins(count, confidence_sum, correct_sum, ax: Axes | None = None,
+                                  title: str | None = None, color: str = "tab:blue", legend: bool = True,
+                                  ece_pct: float | None = None) -> Axes:
+    """The same diagram from per-bin node counts, confidence sums and correct counts (equal-width bins over
+    [0, 1], e.g. pooled :mod:`simcalib.figure_bins`); the ECE is computed from them unless given."""
+    ax = ax if ax is not None else _new_axes()
+    count, confidence_sum, correct_sum = (np.asarray(a, dtype=float) for a in (count, confidence_sum, correct_sum))
+    n_bins = len(count)
     width = 1.0 / n_bins
-    centers = bins.edges[:-1] + width / 2
-    filled = bins.count > 0
-    accuracy = np.where(filled, bins.accuracy, 0.0)
-    confidence = np.where(filled, bins.confidence, 0.0)
-    ece_pct = 100 * ece(probs, labels, n_bins)
+    centers = np.arange(n_bins) * width + width / 2
+    filled = count > 0
+    accuracy = np.divide(correct_sum, count, out=np.zeros(n_bins), where=filled)
+    confidence = np.divide(confidence_sum, count, out=np.zeros(n_bins), where=filled)
+    if ece_pct is None:
+        ece_pct = 100 * np.abs(correct_sum - confidence_sum).sum() / max(count.sum(), 1)
     ax.bar(centers, accuracy, width=width, color=color, edgecolor="black", linewidth=0.5, label="accuracy")
     low, high = np.minimum(accuracy, confidence)[filled], np.maximum(accuracy, confidence)[filled]
     ax.bar(centers[filled], high - low, bottom=low, width=width, fill=False, hatch="////", edgecolor="tab:red",
@@ -59,19 +73,31 @@ def reliability_diagram(probs, labels, ax: Axes | None = None, title: str | None
 def confidence_histogram(confidences: Mapping[str, np.ndarray], ax: Axes | None = None,
                          title: str | None = None, n_bins: int = 30) -> Axes:
     """Density of the top-1 confidence of each named prediction set (e.g. {"UnCal": c1, "SimCalib": c2})."""
+    counts = {name: np.histogram(np.asarray(values, dtype=float), bins=n_bins, range=(0.0, 1.0))[0]
+              for name, values in confidences.items()}
+    return confidence_histogram_from_counts(counts, ax, title)
+
+
+def confidence_histogram_from_counts(counts: Mapping[str, np.ndarray], ax: Axes | None = None,
+                                     title: str | None = None) -> Axes:
+    """The same densities from counts in equal-width bins over [0, 1] (e.g. pooled :mod:`simcalib.figure_bins`)."""
     ax = ax if ax is not None else _new_axes((5.0, 3.5))
-    palette = sns.color_palette("colorblind", n_colors=max(len(confidences), 1))
-    for (name, values), color in zip(confidences.items(), palette):
-        sns.histplot(x=np.asarray(values, dtype=float), bins=n_bins, binrange=(0, 1), stat="density",
-                     element="step", fill=True, alpha=0.3, color=color, label=name, ax=ax)
+    palette = sns.color_palette("colorblind", n_colors=max(len(counts), 1))
+    for (name, values), color in zip(counts.items(), palette):
+        values = np.asarray(values, dtype=float)
+        edges = np.linspace(0.0, 1.0, len(values) + 1)
+        density = values / max(values.sum(), 1) / np.diff(edges)
+        ax.stairs(density, edges, fill=True, alpha=0.3, color=color, label=name)
+        ax.stairs(density, edges, color=color)
     ax.set_xlim(0, 1)
     ax.set_xlabel("top-1 confidence")
     ax.set_ylabel("density")
-    if confidences:
+    if counts:
         ax.legend(fontsize="small", frameon=False)
     if title:
         ax.set_title(title)
     return ax
 
 
-__all__ = ["confidence_histogram", "reliability_diagram"]
+__all__ = ["confidence_histogram", "confidence_histogram_from_counts", "reliability_diagram",
+           "reliability_diagram_from_bins"]

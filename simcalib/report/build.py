@@ -184,7 +184,7 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
     """The study's figures; with ``keep_existing``, a figure that cannot be drawn here (no saved predictions)
     but exists in ``out_dir/figures`` from an earlier rendering is kept and labelled as such."""
     folder = Path(out_dir) / "figures"
-    predictions = study.main_predictions()
+    bins = figs.figure_bins_frame(study.main_predictions(), study.main_rows())
     entries = []
 
     def add(stem: str, title: str, caption: str, fig, note: str) -> None:
@@ -196,26 +196,27 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
         else:
             entries.append(FigureEntry(stem, title, caption, [], note))
 
-    no_predictions = "not available: no saved predictions (run `simcalib benchmark ... --save-predictions`)"
+    no_predictions = ("not available: no saved predictions and no `figure_bins` in the results rows (rows written "
+                      "before that column existed; rerun the runs, or `simcalib benchmark ... --save-predictions`)")
     add("reliability_uncal_vs_simcalib", "Reliability diagrams",
         "Reliability diagrams of UnCal and SimCalib per benchmark (test nodes of all runs pooled).",
-        figs.reliability_grid(predictions), no_predictions)
+        figs.reliability_grid(bins), no_predictions)
     add("confidence_distributions", "Confidence distributions",
         "Top-1 confidence of the test nodes, UnCal and SimCalib per benchmark.",
-        figs.confidence_grid(predictions), no_predictions)
+        figs.confidence_grid(bins), no_predictions)
     add("data_efficiency", "Data efficiency",
         "ECE against the label rate (UnCal dashed; mean ± std over runs). Here the label rate sets the whole "
         "labelled set (backbone training folds and calibration fold); the paper reuses one pretrained backbone and "
         "varies only the calibration data.", figs.data_efficiency_figure(study.rows),
         "not available: no benchmark has results at two or more label rates (run study/data_efficiency.yaml, "
         "which sweeps the label rate in one study, and report on results/data_efficiency)")
-    groups = figs.similarity_groups(predictions)
+    groups = figs.similarity_groups(bins)
     summary = figs.similarity_summary(groups) if groups is not None else None
     add("feature_similarity", "Feature similarity and calibration improvement",
         "Test nodes of each run in 5 equal groups by squared Mahalanobis distance to the nearest class prototype "
         "(1 = closest): group ECE (bars) and improvement over UnCal (dashed); group ECEs in "
         "figures/feature_similarity_groups.csv.", figs.feature_similarity_figure(summary) if summary is not None else None,
-        "not available: no run has UnCal, GATS and SimCalib predictions with a `feature_distance` array")
+        "not available: no run has UnCal, GATS and SimCalib predictions (or figure_bins) with feature distances")
     if summary is not None:
         folder.mkdir(parents=True, exist_ok=True)
         summary.to_csv(folder / "feature_similarity_groups.csv", index=False, float_format="%.6g")

@@ -2,6 +2,10 @@
 
 * Reliability diagrams, UnCal vs SimCalib per benchmark, as a grid (test predictions of all runs pooled).
 * Confidence distributions of the same predictions.
+
+These and the feature-similarity figure read each run's test predictions binned (:mod:`simcalib.figure_bins`):
+from the saved predictions where present, else from the ``figure_bins`` column of ``results.csv``, so they
+regenerate from committed results files.
 * Data efficiency: ECE against the calibration label rate for UnCal, ETS, CaGCN, GATS and SimCalib.
 * Feature similarity: test nodes of each run split into 5 equal-size groups by ``feature_distance`` (squared
   Mahalanobis distance to the nearest class prototype; group 1 = most similar); per group the ECE of UnCal,
@@ -15,7 +19,6 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,15 +26,15 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from simcalib.metrics import N_BINS, bin_index
-from simcalib.plots import confidence_histogram, reliability_diagram
+from simcalib.errors import DataCorruptError
+from simcalib.figure_bins import FIGURE_CALIBRATORS, N_GROUPS, FigureBins, from_json, pool, summarise
+from simcalib.plots import confidence_histogram_from_counts, reliability_diagram_from_bins
 from simcalib.report.results import load_predictions
 from simcalib.report.tables import sorted_benchmarks
 from simcalib.report.theory import PAPER_EXAMPLE
 
 EFFICIENCY_METHODS = ("UnCal", "ETS", "CaGCN", "GATS", "SimCalib")
 SIMILARITY_METHODS = ("UnCal", "GATS", "SimCalib")
-N_GROUPS = 5
 PANEL_COLUMNS = 4
 
 
@@ -50,34 +53,38 @@ def _palette(methods: Sequence[str]) -> dict[str, tuple]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Pooled predictions
+# The test predictions of each run, binned (simcalib.figure_bins): from saved predictions or results.csv
+
+BINS_KEYS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
 
 
-@dataclass(frozen=True)
-class PooledPredictions:
-    """Top-1 confidence and correctness of the test nodes of several runs, concatenated."""
+def figure_bins_frame(predictions: pd.DataFrame, rows: pd.DataFrame | None = None,
+                      methods: Sequence[str] = FIGURE_CALIBRATORS) -> pd.DataFrame:
+    """One row per (benchmark, method, run) with its :class:`FigureBins` (column ``bins``) and ``source``:
+    the saved predictions where a run has them, else the ``figure_bins`` column of its results row."""
+    records = {}
+    if rows is not None and "figure_bins" in rows.columns:
+        found = rows[rows["calibrator"].isin(methods) & rows["figure_bins"].notna()]
+        for row in found[[*BINS_KEYS, "figure_bins"]].itertuples(index=False):
+            key = tuple(str(v) for v in row[:6])
+            try:
+                records[key] = (row[:6], from_json(row.figure_bins), "results.csv")
+            except ValueError as exc:
+                raise DataCorruptError(f"results row {' '.join(key)}: {exc}; rerun that run to rewrite it") from None
+    if len(predictions):
+        found = predictions[predictions["calibrator"].isin(methods)]
+        for row in found[[*BINS_KEYS, "path"]].itertuples(index=False):
+            run = load_predictions(row.path)
+            records[tuple(str(v) for v in row[:6])] = (row[:6], summarise(run.probs, run.labels, run.feature_distance),
+                                                       "predictions")
+    frame = pd.DataFrame([(*key, bins, source) for key, bins, source in records.values()],
+                         columns=[*BINS_KEYS, "bins", "source"])
+    return frame
 
-    confidence: np.ndarray  # [N]
-    correct: np.ndarray  # [N] bool
-    runs: int
 
-    def as_probs(self) -> tuple[np.ndarray, np.ndarray]:
-        """A stand-in [N, 2] = (confidence, 0) with label 0 when correct, 1 when wrong: its top-1 confidence and
-        correctness are the pool's, which is all a reliability diagram reads (pooling full K-class
-        probabilities of 75 CoraFull runs would take gigabytes)."""
-        probs = np.stack([self.confidence, np.zeros_like(self.confidence)], axis=1)
-        return probs, np.where(self.correct, 0, 1)
-
-
-def pool_predictions(paths: Sequence[str]) -> PooledPredictions | None:
-    confidence, correct = [], []
-    for path in paths:
-        run = load_predictions(path)
-        confidence.append(run.probs.max(1))
-        correct.append(run.probs.argmax(1) == run.labels)
-    if not confidence:
-        return None
-    return PooledPredictions(np.concatenate(confidence), np.concatenate(correct), len(paths))
+def _pooled(frame: pd.DataFrame, benchmark: tuple[str, str], method: str) -> FigureBins | None:
+    chosen = frame[(frame["dataset"] == benchmark[0]) & (frame["backbone"] == benchmark[1]) & (frame["calibrator"] == method)]
+    return pool(chosen["bins"])
 
 
 def _grid(n_panels: int, rows_per_block: int, panel: tuple[float, float]) -> tuple[Figure, np.ndarray]:
@@ -100,9 +107,10 @@ def _blank(ax, text: str) -> None:
     ax.set_yticks([])
 
 
-def reliability_grid(predictions: pd.DataFrame, methods: Sequence[str] = ("UnCal", "SimCalib")) -> Figure | None:
-    """Per benchmark a row of panels, one per method, two benchmarks side by side; None without predictions."""
-    found = predictions[predictions["calibrator"].isin(methods)]
+def reliability_grid(bins: pd.DataFrame, methods: Sequence[str] = ("UnCal", "SimCalib")) -> Figure | None:
+    """Per benchmark a row of panels, one per method, two benchmarks side by side; None without binned runs
+    (:func:`figure_bins_frame`)."""
+    found = bins[bins["calibrator"].isin(methods)]
     if found.empty:
         return None
     benchmarks = sorted_benchmarks(zip(found["dataset"], found["backbone"]))
@@ -115,16 +123,14 @@ def reliability_grid(predictions: pd.DataFrame, methods: Sequence[str] = ("UnCal
         row, slot = divmod(i, per_row)
         for j, method in enumerate(methods):
             ax = axes[row, slot * len(methods) + j]
-            paths = found[(found["dataset"] == b[0]) & (found["backbone"] == b[1]) & (found["calibrator"] == method)]
-            pooled = pool_predictions(list(paths["path"]))
+            pooled = _pooled(found, b, method)
             title = f"{b[0]} {b[1]}: {method}"
             if pooled is None:
                 _blank(ax, f"{method}: not run")
                 ax.set_title(title, fontsize="small")
                 continue
-            probs, labels = pooled.as_probs()
-            reliability_diagram(probs, labels, ax=ax, title=f"{title} ({pooled.runs} runs)", color=colors[method],
-                                legend=False)
+            reliability_diagram_from_bins(*pooled.reliability(), ax=ax, title=f"{title} ({pooled.runs} runs)",
+                                          color=colors[method], legend=False)
             ax.title.set_fontsize("small")
     for k in range(len(benchmarks), rows * per_row):  # an odd count leaves one slot empty
         for j in range(len(methods)):
@@ -151,23 +157,21 @@ def _hide_unused(axes: np.ndarray, n_panels: int, rows_per_block: int) -> None:
             axes[block * rows_per_block + j, col].set_visible(False)
 
 
-def confidence_grid(predictions: pd.DataFrame, methods: Sequence[str] = ("UnCal", "SimCalib")) -> Figure | None:
-    """Top-1 confidence densities per benchmark, the methods overlaid; None without prediction files."""
-    found = predictions[predictions["calibrator"].isin(methods)]
+def confidence_grid(bins: pd.DataFrame, methods: Sequence[str] = ("UnCal", "SimCalib")) -> Figure | None:
+    """Top-1 confidence densities per benchmark, the methods overlaid; None without binned runs."""
+    found = bins[bins["calibrator"].isin(methods)]
     if found.empty:
         return None
     benchmarks = sorted_benchmarks(zip(found["dataset"], found["backbone"]))
     fig, axes = _grid(len(benchmarks), 1, (3.6, 2.8))
     for i, b in enumerate(benchmarks):
         block, col = divmod(i, PANEL_COLUMNS)
-        ax = axes[block, col]
-        confidences = {}
+        counts = {}
         for method in methods:
-            paths = found[(found["dataset"] == b[0]) & (found["backbone"] == b[1]) & (found["calibrator"] == method)]
-            pooled = pool_predictions(list(paths["path"]))
+            pooled = _pooled(found, b, method)
             if pooled is not None:
-                confidences[f"{method} ({pooled.runs} runs)"] = pooled.confidence
-        confidence_histogram(confidences, ax=ax, title=f"{b[0]} {b[1]}")
+                counts[f"{method} ({pooled.runs} runs)"] = pooled.hist
+        confidence_histogram_from_counts(counts, ax=axes[block, col], title=f"{b[0]} {b[1]}")
     _hide_unused(axes, len(benchmarks), 1)
     _suptitle(fig, "Confidence distributions of the test nodes (all runs pooled)")
     return fig
@@ -224,44 +228,26 @@ def data_efficiency_figure(rows: pd.DataFrame, methods: Sequence[str] = EFFICIEN
 # Feature similarity
 
 
-def _ece_from_confidence(confidence: np.ndarray, correct: np.ndarray, n_bins: int = N_BINS) -> float:
-    """ECE (%) of top-1 confidences and correctness (same binning as simcalib.metrics.ece)."""
-    if len(confidence) == 0:
-        return float("nan")
-    idx = bin_index(confidence, n_bins)
-    count = np.bincount(idx, minlength=n_bins)
-    gap = np.abs(np.bincount(idx, weights=correct.astype(float), minlength=n_bins)
-                 - np.bincount(idx, weights=confidence, minlength=n_bins))
-    return float(100 * gap[count > 0].sum() / len(confidence))
-
-
-def similarity_groups(predictions: pd.DataFrame, methods: Sequence[str] = SIMILARITY_METHODS,
+def similarity_groups(bins: pd.DataFrame, methods: Sequence[str] = SIMILARITY_METHODS,
                       n_groups: int = N_GROUPS) -> pd.DataFrame | None:
     """Per (benchmark, run, group, method) ECE of the test nodes grouped by feature distance.
 
-    Groups are quantiles of ``feature_distance`` within each run (group 1: closest to a prototype). Runs
-    need every method's predictions; files without ``feature_distance`` are skipped. None if nothing is left.
+    Groups are quantiles of the feature distance within each run (group 1: closest to a prototype), as
+    :func:`simcalib.figure_bins.summarise` bins them. Runs need every method's bins with distance groups;
+    others are skipped. None if nothing is left.
     """
-    found = predictions[predictions["calibrator"].isin(methods)]
+    found = bins[bins["calibrator"].isin(methods)]
     records = []
     for key, run in found.groupby(["dataset", "backbone", "split", "init", "fold"]):
-        by_method = dict(zip(run["calibrator"], run["path"]))
-        if not all(m in by_method for m in methods):
+        by_method = dict(zip(run["calibrator"], run["bins"]))
+        if not all(m in by_method and by_method[m].count.shape[0] == n_groups for m in methods):
             continue
-        loaded = {m: load_predictions(by_method[m]) for m in methods}
-        distance = next((p.feature_distance for p in loaded.values() if p.feature_distance is not None), None)
-        if distance is None or len(distance) < n_groups:
-            continue
-        ranks = np.argsort(np.argsort(distance, kind="stable"), kind="stable")
-        group = ranks * n_groups // len(distance)  # [N] in 0..n_groups-1, equal sizes
-        for m, p in loaded.items():
-            confidence, correct = p.probs.max(1), p.probs.argmax(1) == p.labels
+        for m in methods:
+            b = by_method[m]
             for g in range(n_groups):
-                members = group == g
                 records.append({"dataset": key[0], "backbone": key[1], "split": key[2], "init": key[3],
                                 "fold": key[4], "group": g + 1, "calibrator": m,
-                                "mean_distance": float(distance[members].mean()),
-                                "ece": _ece_from_confidence(confidence[members], correct[members])})
+                                "mean_distance": float(b.distance[g]), "ece": b.ece(g)})
     return pd.DataFrame(records) if records else None
 
 
@@ -339,5 +325,5 @@ def theory_figure(table: pd.DataFrame) -> Figure:
 
 
 __all__ = ["EFFICIENCY_METHODS", "SIMILARITY_METHODS", "confidence_grid", "data_efficiency_figure",
-           "efficiency_frame", "feature_similarity_figure", "pool_predictions", "reliability_grid",
+           "efficiency_frame", "feature_similarity_figure", "figure_bins_frame", "reliability_grid",
            "save_figure", "similarity_groups", "similarity_summary", "theory_figure"]

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
+from simcalib.errors import DataCorruptError
+from simcalib.figure_bins import to_json
 from simcalib.metrics import ece, reliability_bins
 from simcalib.plots import reliability_diagram
 from simcalib.report import figures
@@ -33,17 +36,34 @@ def test_reliability_diagram_draws_bin_accuracies_and_reports_the_ece():
     assert titled.get_legend() is None and titled.get_title().endswith(f"ECE {100 * ece(probs, labels):.2f}%")
 
 
-def test_pooled_stand_in_keeps_top1_confidence_and_correctness():
-    pooled = figures.PooledPredictions(np.array([0.3, 0.9, 0.6]), np.array([True, False, True]), runs=1)
-    probs, labels = pooled.as_probs()
-    np.testing.assert_allclose(probs.max(1), [0.3, 0.9, 0.6])
-    assert list(probs.argmax(1) == labels) == [True, False, True]
+def test_binned_results_rows_draw_the_figures_of_the_saved_predictions(synthetic_study):
+    study = load_study_results(synthetic_study)
+    from_files = figures.figure_bins_frame(study.main_predictions())
+    # the same runs as results rows carrying only their figure_bins, as results.csv stores them
+    rows = from_files[figures.BINS_KEYS].copy()
+    rows["figure_bins"] = [to_json(b) for b in from_files["bins"]]
+    from_rows = figures.figure_bins_frame(study.main_predictions().iloc[0:0], rows)
+    assert set(from_rows["source"]) == {"results.csv"} and len(from_rows) == len(from_files)
+    for method in ("UnCal", "SimCalib"):
+        a = figures._pooled(from_files, ("Cora", "GCN"), method)
+        b = figures._pooled(from_rows, ("Cora", "GCN"), method)
+        np.testing.assert_allclose(b.confidence, a.confidence, atol=1e-5)
+        assert np.array_equal(a.count, b.count) and np.array_equal(a.correct, b.correct) and a.runs == b.runs
+    np.testing.assert_allclose(figures.similarity_groups(from_rows)["ece"], figures.similarity_groups(from_files)["ece"],
+                               atol=1e-4)
+
+
+def test_a_corrupt_figure_bins_value_is_a_clear_error(synthetic_study):
+    rows = pd.DataFrame([{"dataset": "Cora", "backbone": "GCN", "calibrator": "UnCal", "split": 0, "init": 0,
+                          "fold": 0, "figure_bins": "{not json"}])
+    with pytest.raises(DataCorruptError, match="results row Cora GCN UnCal 0 0 0: not a figure_bins value"):
+        figures.figure_bins_frame(pd.DataFrame(), rows)
 
 
 def test_grids_and_figures_are_written_as_png_and_pdf(synthetic_study, tmp_path):
     study = load_study_results(synthetic_study)
-    predictions = study.main_predictions()
-    for name, fig in (("rel", figures.reliability_grid(predictions)), ("conf", figures.confidence_grid(predictions)),
+    bins = figures.figure_bins_frame(study.main_predictions(), study.main_rows())
+    for name, fig in (("rel", figures.reliability_grid(bins)), ("conf", figures.confidence_grid(bins)),
                       ("eff", figures.data_efficiency_figure(study.rows))):
         paths = figures.save_figure(fig, tmp_path, name)
         assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 1000 for p in paths)
@@ -51,7 +71,7 @@ def test_grids_and_figures_are_written_as_png_and_pdf(synthetic_study, tmp_path)
 
 def test_feature_groups_are_equal_sized_quantiles_of_the_distance(synthetic_study):
     predictions = load_study_results(synthetic_study).main_predictions()
-    groups = figures.similarity_groups(predictions)
+    groups = figures.similarity_groups(figures.figure_bins_frame(predictions))
     assert set(groups["group"]) == {1, 2, 3, 4, 5}
     assert set(zip(groups["dataset"], groups["backbone"])) == {("Cora", "GCN")}  # Citeseer has no distances
     one_run = groups[(groups["split"] == 0) & (groups["fold"] == 0) & (groups["calibrator"] == "UnCal")]
@@ -66,7 +86,7 @@ def test_feature_groups_are_equal_sized_quantiles_of_the_distance(synthetic_stud
 def test_missing_inputs_give_no_figure_instead_of_an_error(tmp_path):
     write_benchmark(tmp_path / "a", "Cora", "GCN", ["UnCal", "GATS", "SimCalib"], feature_distance=False)
     study = load_study_results(tmp_path)
-    assert figures.similarity_groups(study.predictions) is None  # no feature_distance arrays
+    assert figures.similarity_groups(figures.figure_bins_frame(study.predictions)) is None  # no feature_distance arrays
     assert figures.data_efficiency_figure(study.rows) is None  # a single label rate
-    assert figures.reliability_grid(study.predictions.iloc[0:0]) is None
+    assert figures.reliability_grid(figures.figure_bins_frame(study.predictions.iloc[0:0])) is None
     assert figures.data_efficiency_figure(pd.DataFrame(columns=study.rows.columns)) is None
