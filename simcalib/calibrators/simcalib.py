@@ -491,6 +491,7 @@ class SimCalib(GraphInputsCache, Calibrator):
         fit_idx = graph.cal_idx if fit_idx is None else fit_idx
         stop_idx = graph.train_idx if stop_idx is None else stop_idx
         seed = int(torch.randint(0, 2**31 - 1, ()).item())  # one draw: same global seed, same fit
+        self._restricted_cache, self._restricted_graph = {}, None  # gather anew: the graph's tensors may have changed
         with self._seeded(seed, graph.device):
             self.reset_parameters()
             super().fit(graph, fit_idx, stop_idx)  # checks, prepare(), then train_parameters below
