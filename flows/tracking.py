@@ -255,21 +255,17 @@ class StudyTracker:
             self.client.log_batch(run_id, metrics=entries[start:start + BATCH], synchronous=True)
 
     def _reliability_png(self, record: BenchmarkRecord, calibrator: str, folder: Path) -> Path | None:
-        """Reliability diagram of every run's test predictions of ``calibrator`` pooled, as a PNG file: from the
-        rows' ``figure_bins``, else from saved predictions; None when neither is there."""
-        from simcalib.figure_bins import from_json, pool, summarise
+        """Reliability diagram of every run's test predictions of ``calibrator`` pooled, as a PNG file, from the
+        same binned runs as the report's figures (saved predictions, else the rows' ``figure_bins``); None when
+        there are neither."""
+        from simcalib.figure_bins import pool
         from simcalib.plots import reliability_diagram_from_bins
-        from simcalib.report.results import load_predictions
+        from simcalib.report.figures import figure_bins_frame
+        from simcalib.report.results import index_predictions
 
-        rows = record.results
-        binned = (rows.loc[(rows["calibrator"] == calibrator) & rows["figure_bins"].notna(), "figure_bins"]
-                  if "figure_bins" in rows.columns else [])
-        runs = [from_json(text) for text in binned]
-        if not runs and record.predictions_dir is not None:
-            paths = sorted(p for p in Path(record.predictions_dir).glob(f"*_{calibrator}.npz")
-                           if p.name.removesuffix(f"_{calibrator}.npz").count("_") == 4)  # not SimCalib_l for SimCalib
-            runs = [summarise(saved.probs, saved.labels) for saved in map(load_predictions, paths)]
-        pooled = pool(runs)
+        predictions = (index_predictions(Path(record.predictions_dir).parent, pd.DataFrame())
+                       if record.predictions_dir is not None else pd.DataFrame())
+        pooled = pool(figure_bins_frame(predictions, record.results, methods=(calibrator,))["bins"])
         if pooled is None:
             return None
         ax = reliability_diagram_from_bins(*pooled.reliability(), title=f"{record.name} {calibrator} ({pooled.runs} runs)")

@@ -229,16 +229,16 @@ def evaluate_calibrator(
     probs = model.predict_proba(cg).cpu()
     audit = {column: None for column in AUDIT_COLUMNS} | model.audit(cg, torch.from_numpy(test_idx).to(device))
     y_test = load_graph(run.dataset, settings).y[test_idx]
-    metrics = compute_metrics(probs[test_idx], y_test)
+    test_probs = probs[test_idx]
+    metrics = compute_metrics(test_probs, y_test)
     figure_bins = None
     if predictions_dir is not None or name in FIGURE_CALIBRATORS:
         # the feature-similarity figure's x axis; prototypes from the training folds, as SimCalib's default
         distance = nearest_prototype_distance(cg.hidden, cg.labels, cg.train_idx, cg.num_classes, test_idx).cpu().numpy()
         if name in FIGURE_CALIBRATORS:
-            figure_bins = to_json(summarise(probs[test_idx].numpy(), y_test.numpy(), distance))
+            figure_bins = to_json(summarise(test_probs.numpy(), y_test.numpy(), distance))
         if predictions_dir is not None:
-            save_predictions(Path(predictions_dir), run, name, probs[test_idx].numpy(), y_test.numpy(), test_idx,
-                             distance)
+            save_predictions(Path(predictions_dir), run, name, test_probs.numpy(), y_test.numpy(), test_idx, distance)
     return {
         "dataset": run.dataset, "backbone": run.backbone, "calibrator": name,
         "split": run.split, "init": run.init, "fold": run.fold, "seed": run.seed(settings),
