@@ -25,12 +25,17 @@ def register(sub) -> None:
                            description="Train backbones and fit calibrators under the GATS protocol; writes OUT/results.csv.")
     bench.add_argument("--dataset", required=True, help=f"one of: {', '.join(dataset_names())}")
     bench.add_argument("--backbone", required=True, help="GCN or GAT")
-    bench.add_argument("--calibrators", type=csv_list, default=["uncal", "ts", "vs", "ets"],
-                       help=f"comma list among: {', '.join(calibrator_names(include_tuned=True))} (default: uncal,ts,vs,ets)")
+    bench.add_argument("--calibrators", type=csv_list, default=None,
+                       help=f"comma list among: {', '.join(calibrator_names(include_tuned=True))} (default: those of "
+                            "--study, else uncal,ts,vs,ets)")
+    bench.add_argument("--study", default=None, metavar="STUDY_FILE",
+                       help="take the calibrators, their options (e.g. the grid criterion pinned in study/offline.yaml) "
+                            "and the seed from this study file, so a pass run here computes the same rows as the study; "
+                            "--calibrators and --seed still win")
     bench.add_argument("--splits", type=count_or_list, default=list(range(5)), help="number of splits (5) or a list like 0,3")
     bench.add_argument("--inits", type=count_or_list, default=list(range(5)), help="number of backbone inits (5) or a list")
     bench.add_argument("--folds", type=count_or_list, default=list(range(3)), help="number of folds (3) or a list")
-    bench.add_argument("--seed", type=int, default=10, help="study seed (the paper's: 10)")
+    bench.add_argument("--seed", type=int, default=None, help="study seed (default: the --study file's, else the paper's: 10)")
     bench.add_argument("--label-rate", type=float, default=None,
                        help="labelled fraction L (default 0.15 = 3 folds x 5%%); other rates use generated splits")
     bench.add_argument("--out", default=None, help="output folder (default: results/<dataset>_<backbone>)")
@@ -69,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.errors import ConfigError
     from simcalib.protocol import BenchmarkRequest, run_benchmark, run_split_sources, summarize
     from simcalib.splits import record_split_sources
+    from simcalib.study import load_study
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
@@ -79,11 +85,18 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     dataset, backbone = get_spec(args.dataset).name, backbone_name(args.backbone)
-    calibrators = [canonical_calibrator(c) for c in args.calibrators]  # validate names before any work
+    study_options = _study_calibrators(args.study, dataset, backbone) if args.study else None
+    if args.seed is None:
+        args.seed = load_study(args.study).spec.seed if args.study else 10
+    names = args.calibrators if args.calibrators is not None else (
+        list(study_options) if study_options is not None else ["uncal", "ts", "vs", "ets"])
+    calibrators = [canonical_calibrator(c) for c in names]  # validate names before any work
+    options = {c: study_options[c] for c in calibrators if study_options and c in study_options}
     fold_rate = 0.05 if args.label_rate is None else args.label_rate / 3
     settings = protocol_settings(args, fold_rate)
     out = Path(args.out or f"results/{dataset}_{backbone}")
-    request = BenchmarkRequest(dataset, backbone, calibrators, args.splits, args.inits, args.folds)
+    request = BenchmarkRequest(dataset, backbone, calibrators, args.splits, args.inits, args.folds,
+                               calibrator_options=options)
     record_split_sources(out, run_split_sources(dataset, args.splits, settings))  # refuses a fixed/generated mix
     progress = None if args.no_progress else (lambda runs: tqdm(runs, desc=f"{dataset}-{backbone}", unit="run"))
     try:
@@ -97,6 +110,14 @@ def run(args: argparse.Namespace) -> int:
     print_summary(summarize(results))
     print(f"\n{len(results)} rows in {out / 'results.csv'}")
     return 0
+
+
+def _study_calibrators(study_file: str, dataset: str, backbone: str) -> dict[str, dict]:
+    """The calibrators of a study file and their options on (dataset, backbone), tuned ones resolved."""
+    from simcalib.study import load_study
+
+    study = load_study(study_file)
+    return {c.name: study.calibrator_options(c, dataset, backbone) for c in study.calibrators}
 
 
 def print_summary(summary) -> None:
