@@ -6,7 +6,8 @@
    a time, and vs one GATS fit (target: SimCalib at most 2x GATS).
 3. Where one Cora GCN run spends its time: backbone training vs each calibrator's fit.
 
-    .venv/bin/python benchmarks/bench_calibrators.py [--physics-only | --cora-only | --grid-only] [--threads 2]
+    .venv/bin/python benchmarks/bench_calibrators.py [--physics-only | --cora-only | --grid-only | --kernels]
+        [--threads 2] [--runs 3 --repeats 3]
 
 Backbones come from the shared cache (or are trained and cached first: ~1-2 min for Physics GCN on two
 free cores); their training time is the one recorded when they were trained. Uses $SIMCALIB_DATA_MIRROR /
@@ -83,17 +84,67 @@ def _cora_run(threads: int):
     return run, settings, train_run_backbone(run, settings)
 
 
-def cora_grid_speed(threads: int) -> None:
-    run, settings, output = _cora_run(threads)
+def cora_grid_speed(threads: int, runs: int = 3, repeats: int = 3) -> None:
+    """SimCalib's batched grid against one GATS fit on the same backbones: the fits alternate (GATS, SimCalib,
+    GATS, ...) so that whatever else the machine does weighs on both, and the ratio is the median over the
+    ``runs`` runs (split 0, init 0, folds 0.. then init 1 ...) x ``repeats`` repetitions of the per-pair ratio."""
+    import statistics
+
+    from simcalib.protocol import Run, train_run_backbone
+
+    base, settings, _ = _cora_run(threads)
     before = _load()
-    gats, _ = _fit(run, settings, output, "GATS")
-    batched, model = _fit(run, settings, output, "SimCalib")
-    one_at_a_time = sum(_fit(run, settings, output, "SimCalib", w=w, t=t)[0] for w, t in model.points)
-    epochs = max(max(point["epochs"]) for point in model.fit_info["grid"])
-    print(f"[cora-gcn grid] GATS fit {gats:.2f} s; SimCalib batched grid ({len(model.points)} points, {epochs} "
-          f"epochs) {batched:.2f} s = {batched / gats:.2f}x GATS (target <= 2x); the same points one at a time "
-          f"{one_at_a_time:.2f} s ({one_at_a_time / batched:.1f}x the batch); {threads} threads; before: {before}, "
-          f"after: {_load()}")
+    ratios, gats_s, simcalib_s, epochs = [], [], [], []
+    for index in range(runs):
+        run = Run("Cora", "GCN", 0, index // 3, index % 3)
+        output = train_run_backbone(run, settings)
+        for _ in range(repeats):
+            gats, gats_model = _fit(run, settings, output, "GATS")
+            batched, model = _fit(run, settings, output, "SimCalib")
+            ratios.append(batched / gats)
+            gats_s.append(gats)
+            simcalib_s.append(batched)
+        epochs.append((model_epochs(model), gats_model.fit_info["epochs"]))
+        print(f"[cora-gcn grid] {run.tag()}: GATS {statistics.median(gats_s[-repeats:]):.2f} s "
+              f"({epochs[-1][1]} epochs), SimCalib {statistics.median(simcalib_s[-repeats:]):.2f} s "
+              f"({epochs[-1][0]} epochs of its longest point), ratio {statistics.median(ratios[-repeats:]):.2f}x")
+    one_at_a_time = sum(_fit(base, settings, train_run_backbone(base, settings), "SimCalib", w=w, t=t)[0]
+                        for w, t in model.points)
+    print(f"[cora-gcn grid] SimCalib batched grid ({len(model.points)} points) / GATS fit: median "
+          f"{statistics.median(ratios):.2f}x over {runs} runs x {repeats} repeats (min {min(ratios):.2f}, max "
+          f"{max(ratios):.2f}; target <= 2x); medians GATS {statistics.median(gats_s):.2f} s, SimCalib "
+          f"{statistics.median(simcalib_s):.2f} s; the 9 points of {base.tag()} one at a time {one_at_a_time:.2f} s; "
+          f"{threads} threads; before: {before}, after: {_load()}")
+
+
+def model_epochs(model) -> int:
+    """Epochs of the longest-training unit of a fitted SimCalib grid."""
+    return max(max(point["epochs"]) for point in model.fit_info["grid"])
+
+
+def kernel_speed(threads: int) -> None:
+    """The softmax over a short class dimension, as the CPU kernel does it over the last dimension and as
+    :func:`simcalib.calibrators.layers.log_softmax_classes` does it (class dimension leading)."""
+    import torch
+    import torch.nn.functional as F
+
+    from simcalib.calibrators.layers import log_softmax_classes
+
+    torch.set_num_threads(threads)
+
+    def micro(fn, x, reps=300) -> float:
+        grad = torch.randn_like(x)
+        fn(x)
+        start = time.perf_counter()
+        for _ in range(reps):
+            torch.autograd.grad(fn(x), x, grad)
+        return (time.perf_counter() - start) / reps * 1e6
+
+    for shape in [(9, 135, 7), (9, 270, 7), (2708, 7), (7650, 8), (34493, 5)]:
+        x = torch.randn(*shape, requires_grad=True)
+        plain, classes = micro(lambda v: F.log_softmax(v, dim=-1), x), micro(log_softmax_classes, x)
+        print(f"[kernels] log_softmax forward+backward {list(shape)}: last dim {plain:.0f} us, classes leading "
+              f"{classes:.0f} us ({plain / classes:.1f}x); {_load()}")
 
 
 def cora_run_fractions(threads: int) -> None:
@@ -115,16 +166,22 @@ def main() -> None:
     group.add_argument("--physics-only", action="store_true")
     group.add_argument("--cora-only", action="store_true")
     group.add_argument("--grid-only", action="store_true")
+    group.add_argument("--kernels", action="store_true", help="only the log-softmax kernel micro-benchmark")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2: the target's cores)")
+    parser.add_argument("--runs", type=int, default=3, help="Cora GCN runs of the grid-vs-GATS ratio (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="repetitions per run of that ratio (default 3)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", category=UserWarning)
+    if args.kernels:
+        kernel_speed(args.threads)
+        return
     if args.grid_only:
-        cora_grid_speed(args.threads)
+        cora_grid_speed(args.threads, args.runs, args.repeats)
         return
     if not args.cora_only:
         physics_simcalib(args.threads)
     if not args.physics_only:
-        cora_grid_speed(args.threads)
+        cora_grid_speed(args.threads, args.runs, args.repeats)
         cora_run_fractions(args.threads)
 
 

@@ -72,3 +72,30 @@ def test_benchmark_bad_resume_file_and_batch_size_are_one_line_errors(tmp_path):
     result = simcalib("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--batch-runs", "--models-per-batch", "0",
                       "--out", str(tmp_path / "out"), env={"SIMCALIB_OFFLINE": "1"})
     assert result.returncode == 2 and "--models-per-batch must be >= 1" in result.stderr
+
+
+def test_benchmark_takes_calibrators_options_and_seed_from_a_study_file(tmp_path, mirror_dir, splits_dir):
+    from simcalib.seeding import run_seed
+
+    study = tmp_path / "pass.yaml"
+    study.write_text("name: pass\nseed: 3\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\n"
+                     "calibrators:\n  TS: {}\n  SimCalib: {w: 0.0}\n")
+    result = simcalib("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--study", str(study),
+                      "--splits", "=0", "--inits", "=0", "--folds", "=0", "--max-epochs", "10", "--threads", "1",
+                      "--no-progress", "--out", str(tmp_path / "out"), "--data-root", str(tmp_path / "data"),
+                      "--cache-dir", str(tmp_path / "cache"),
+                      env={"SIMCALIB_DATA_MIRROR": str(mirror_dir), "SIMCALIB_SPLITS_DIR": str(splits_dir)})
+    assert result.returncode == 0, result.stderr
+    frame = pd.read_csv(tmp_path / "out" / "results.csv").set_index("calibrator")
+    assert list(frame.index) == ["TS", "SimCalib"]  # the study's calibrators, in its order
+    assert frame.loc["SimCalib", "w"] == 0.0  # its options: the movement branch alone, never a grid choice
+    assert (frame["seed"] == run_seed(3, "Cora", "GCN", 0, 0, 0)).all()  # its seed, not the default 10
+
+
+def test_benchmark_with_a_malformed_study_file_is_a_one_line_error(tmp_path):
+    study = tmp_path / "bad.yaml"
+    study.write_text("name: bad\nseed: 3\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\ncalibrators: {Platt: {}}\n")
+    result = simcalib("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--study", str(study),
+                      "--out", str(tmp_path / "out"), env={"SIMCALIB_OFFLINE": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "Platt" in result.stderr and "bad.yaml" in result.stderr

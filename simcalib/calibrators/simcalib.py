@@ -97,6 +97,7 @@ from simcalib.calibrators.layers import (
     SortedEdges,
     edges_with_self_loops,
     grid_gnn,
+    log_softmax_classes,
     inverse_softplus_temperature,
     softplus_temperature,
 )
@@ -373,17 +374,18 @@ class SimCalib(GraphInputsCache, Calibrator):
         components = []
         if self.feature_gnn is not None:
             t_feat = self.grid_feature_temperature(graph, nodes, points)
-            components.append(log_w[:, None, None] + F.log_softmax(z / t_feat, dim=2))
+            components.append(log_w[:, None, None] + log_softmax_classes(z / t_feat))
         if self.movement_weight is not None:
             t_move = self.grid_movement_temperature(graph, nodes, points)
-            components.append(log_1mw[:, None, None] + F.log_softmax(z / t_move, dim=2))
+            components.append(log_1mw[:, None, None] + log_softmax_classes(z / t_move))
         return components
 
     def grid_log_probs(self, graph: CalibrationGraph, nodes: Tensor | None = None,
                        points: Tensor | None = None) -> Tensor:
         """The mixture's log-probabilities of every grid point, [P, N, K] (or restricted to ``nodes``/``points``)."""
         components = self.grid_components(graph, nodes, points)
-        return components[0] if len(components) == 1 else torch.logsumexp(torch.stack(components), dim=0)
+        # log(e^a + e^b) elementwise: logsumexp over a stacked pair costs ~4x more on CPU, same value to rounding
+        return components[0] if len(components) == 1 else torch.logaddexp(*components)
 
     def forward(self, graph: CalibrationGraph) -> Tensor:
         return self.grid_log_probs(graph)[self.point]  # [N, K]
@@ -455,7 +457,7 @@ class SimCalib(GraphInputsCache, Calibrator):
         for present, temperature in ((self.feature_gnn is not None, self.grid_feature_temperature),
                                      (self.movement_weight is not None, self.grid_movement_temperature)):
             if present:
-                log_probs = F.log_softmax(self._on_nodes(graph, nodes).logits / temperature(graph, nodes, points), dim=2)
+                log_probs = log_softmax_classes(self._on_nodes(graph, nodes).logits / temperature(graph, nodes, points))
                 columns.append(self._nll(log_probs, target))
             else:
                 columns.append(torch.zeros(count, device=graph.device))

@@ -85,9 +85,11 @@ def fit_nll_grid(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> list[d
     for epoch in range(calibrator.max_epochs):
         live = waited < calibrator.patience  # [P, B]
         points = live.any(dim=1).nonzero().flatten()  # points with a unit still training: the others cost nothing
+        # every point live: no selection (gathering all rows of every parameter is a copy with the same values)
+        chosen = None if len(points) == shape[0] else points.to(graph.device)
         calibrator.train()
         optimizer.zero_grad()
-        losses = calibrator.unit_losses(graph, fit_idx, labels, points.to(graph.device))  # [p, B]
+        losses = calibrator.unit_losses(graph, fit_idx, labels, chosen)  # [p, B]
         active = live[points].to(losses.device)
         if not torch.isfinite(losses[active]).all():
             raise TrainingDivergedError(
@@ -99,7 +101,7 @@ def fit_nll_grid(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> list[d
         calibrator.eval()
         with torch.no_grad():
             stop = torch.full(shape, float("inf"))
-            stop[points] = calibrator.unit_losses(graph, stop_idx, labels, points.to(graph.device)).cpu()
+            stop[points] = calibrator.unit_losses(graph, stop_idx, labels, chosen).cpu()
         improved = live & (stop <= best_loss)  # NaN never improves
         best_loss = torch.where(improved, stop, best_loss)
         best_epoch = torch.where(improved, torch.full_like(best_epoch, epoch), best_epoch)

@@ -365,3 +365,16 @@ def test_tuned_names_read_the_benchmarks_tuned_options(tmp_path, monkeypatch):
     assert model.lr == 0.05 and model.movement_weight.shape[-1] == 4
     assert build_calibrator("SimCalib_tuned", 7, "Cora", "GCN", lr=0.002).lr == 0.002  # explicit options win
     assert "SimCalib_tuned" not in calibrator_names() and "SimCalib_tuned" in calibrator_names(include_tuned=True)
+
+
+@pytest.mark.parametrize("shape", [(9, 135, 7), (2708, 7), (3, 40, 15), (5, 2)])
+def test_log_softmax_classes_matches_the_plain_kernel_with_its_gradient(shape):
+    from simcalib.calibrators.layers import log_softmax_classes
+
+    x = (torch.randn(*shape, generator=torch.Generator().manual_seed(0)) * 4).requires_grad_()
+    grad = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    fast, plain = log_softmax_classes(x), torch.log_softmax(x, dim=-1)
+    assert fast.shape == plain.shape
+    torch.testing.assert_close(fast, plain, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(torch.autograd.grad(fast, x, grad)[0], torch.autograd.grad(plain, x, grad)[0],
+                               rtol=1e-6, atol=1e-6)
