@@ -68,10 +68,12 @@ def fit_nll_grid(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> list[d
     and only points with a unit still training are computed. One Adam step on the sum of the active units' losses moves
     every unit as if it were trained alone (the loss terms share no parameter and Adam is element-wise);
     each unit keeps the parameters of its lowest early-stopping NLL (ties: the later) and stops after
-    ``patience`` epochs without a new best. Training ends when every unit has stopped. Returns one dict per
+    ``patience`` epochs without a new best (a tie counts as one, as in the GATS code, unless
+    ``calibrator.tie_resets_patience`` is False). Training ends when every unit has stopped. Returns one dict per
     unit (row-major over [P, B]): epochs, best_epoch, stop_nll.
     """
     units = calibrator.parameter_units()
+    tie_resets = getattr(calibrator, "tie_resets_patience", True)
     named = {name: p for name, p in calibrator.named_parameters() if p.requires_grad}
     optimizer = torch.optim.Adam(calibrator.parameter_groups(), lr=calibrator.lr)
     labels = graph.labels
@@ -103,9 +105,11 @@ def fit_nll_grid(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> list[d
             stop = torch.full(shape, float("inf"))
             stop[points] = calibrator.unit_losses(graph, stop_idx, labels, chosen).cpu()
         improved = live & (stop <= best_loss)  # NaN never improves
+        # a tie keeps the later parameters; whether it also resets the patience counter is the calibrator's choice
+        resets = improved if tie_resets else live & (stop < best_loss)
         best_loss = torch.where(improved, stop, best_loss)
         best_epoch = torch.where(improved, torch.full_like(best_epoch, epoch), best_epoch)
-        waited = torch.where(improved, torch.zeros_like(waited), waited + live.long())
+        waited = torch.where(resets, torch.zeros_like(waited), waited + live.long())
         stopped_at = torch.where(live, torch.full_like(stopped_at, epoch + 1), stopped_at)
         with torch.no_grad():
             for name, parameter in named.items():

@@ -378,3 +378,16 @@ def test_log_softmax_classes_matches_the_plain_kernel_with_its_gradient(shape):
     torch.testing.assert_close(fast, plain, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(torch.autograd.grad(fast, x, grad)[0], torch.autograd.grad(plain, x, grad)[0],
                                rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("tie_resets_patience,expected_epochs", [(True, 60), (False, 11)])
+def test_simcalib_tie_rule_decides_whether_a_flat_early_stopping_loss_runs_to_the_cap(tie_resets_patience,
+                                                                                     expected_epochs):
+    # lr 0: the parameters never move, so every unit's early-stopping NLL is the same value every epoch
+    graph = tiny_graph()
+    seed_everything(0)
+    model = build_calibrator("SimCalib", NUM_CLASSES, lr=0.0, max_epochs=60, patience=10,
+                             tie_resets_patience=tie_resets_patience).fit(graph)
+    assert all(max(point["epochs"]) == expected_epochs for point in model.fit_info["grid"])
+    # ties keep the later parameters either way: the kept epoch is the last one trained
+    assert all(max(point["best_epoch"]) == expected_epochs - 1 for point in model.fit_info["grid"])
