@@ -47,6 +47,7 @@ def fit_row(run, settings, output, label: str) -> dict:
     metrics = compute_metrics(probs, load_graph(run.dataset, settings).y[test_idx])
     return {"variant": label, "split": run.split, "init": run.init, "fold": run.fold, "seconds": seconds,
             "longest_unit_epochs": epochs, "w": info.get("w"), "t": info.get("t"),
+            "grid_score": info.get("score"),  # the chosen point's labelled-node criterion (SimCalib only)
             "ece": metrics["ece"], "nll": metrics["nll"], "load1": os.getloadavg()[0]}
 
 
@@ -95,6 +96,13 @@ def summarize(frame: pd.DataFrame) -> None:
               f"{int((epochs >= 2000).sum())}), GATS median {wide['longest_unit_epochs']['GATS'].median():.0f}; "
               f"fit seconds / GATS's per run: median {ratio.median():.2f}x, runs <= 2x: {int((ratio <= 2).sum())}/{runs}; "
               f"ECE {wide['ece'][label].mean():.3f}")
+    simcalib = frame[frame["variant"] != "GATS"].pivot_table(index=["split", "init", "fold"], columns="variant",
+                                                           values=["w", "t", "grid_score"])
+    same_point = ((simcalib["w"]["SimCalib"] == simcalib["w"]["SimCalib_strict_ties"])
+                  & (simcalib["t"]["SimCalib"] == simcalib["t"]["SimCalib_strict_ties"]))
+    score_diff = (simcalib["grid_score"]["SimCalib_strict_ties"] - simcalib["grid_score"]["SimCalib"]).abs()
+    print(f"labelled nodes: same chosen (w, t) in {int(same_point.sum())}/{runs} runs; |chosen score difference| "
+          f"max {score_diff.max():.2e}, runs above 1e-4: {int((score_diff > 1e-4).sum())}")
     diff = wide["ece"]["SimCalib_strict_ties"] - wide["ece"]["SimCalib"]
     changed = int((diff.abs() > 1e-9).sum())
     p = wilcoxon(diff[diff.abs() > 1e-9]).pvalue if changed >= 5 else float("nan")
