@@ -25,37 +25,43 @@ Both terms keep the order of z (T > 0), so their mixture keeps the argmax: accur
 
 Where the paper is silent (PROTOCOL **choice**), a named option with this default:
 
-=====================  ==============  =====================================================================
-option                 default         meaning
-=====================  ==============  =====================================================================
-``prototype_nodes``    ``"train"``     nodes forming prototypes and covariance: the backbone's training folds,
-                                       so the calibration fold is as unseen as the test nodes
-                                       (``"labelled"``: + the calibration fold)
-``covariance_ridge``   ``0.0``         0: pseudo-inverse of the shared covariance (Lee et al. 2018);
-                                       > 0: ridge relative to the mean variance
-``eta``                ``"hops"``      eta_i = hop distance + ``eta_offset`` (the paper's text); ``"learned"``:
-                                       GATS's learnable scalings for hops 0 and 1, 1 beyond
-``eta_offset``         ``1.0``         training nodes (hops 0) get eta = 1, never a division by 0
-``unreachable_hops``   ``None``        hops of nodes with no path to a training node (None: max + 1)
-``homophily_logits``   ``"raw"``       z in the homophily term: ``raw``, ``unit`` (L2) or ``minmax``
-``message_logits``     ``"minmax"``    z sorted in the messages (the paper's z~): ``raw``, ``unit``, ``minmax``
-                                       (each node's logits scaled to [0, 1], as GATS's messages). Chosen on
-                                       labelled nodes by screen 2 of reports/simcalib_joint/README.md
-                                       (crossfit ECE 7.29 vs 7.68 for ``raw``, NLL 0.619 vs 0.621)
-``self_loops``         ``True``        j = i is in N(i) (isolated nodes then still get a message)
-``training``           ``"joint"``     the mixture's NLL (the paper's objective); ``"separate"``: each branch
-                                       fitted alone on its own NLL with its own early stopping, then mixed by
-                                       w (registered as ``SimCalib_separate``; the default until issue 10)
-``decay``              ``"all"``       weight decay on every parameter, biases and the temperatures' offsets
-                                       included; ``"weights"``: weight matrices only. Chosen on labelled nodes
-                                       by the rule of reports/simcalib_joint/README.md (crossfit ECE 7.76 vs
-                                       8.66 over 4 benchmarks): with free biases the joint fit sharpens T_feat
-``grid_criterion``     ``"fit_nll"``   grid selection: NLL on the calibration nodes the points were fitted on;
-                                       ``stop_nll`` (the early-stopping nodes, i.e. the backbone's training
-                                       folds; the default until screen 3), ``stop_ece``, ``fit_ece``. Chosen on
-                                       labelled nodes by screen 3 of reports/simcalib_joint/README.md
-                                       (crossfit ECE 7.21 vs 7.34, NLL 0.6227 vs 0.6195)
-=====================  ==============  =====================================================================
+=======================  ==============  =====================================================================
+option                   default         meaning
+=======================  ==============  =====================================================================
+``prototype_nodes``      ``"train"``     nodes forming prototypes and covariance: the backbone's training folds,
+                                         so the calibration fold is as unseen as the test nodes
+                                         (``"labelled"``: + the calibration fold)
+``covariance_ridge``     ``0.0``         0: pseudo-inverse of the shared covariance (Lee et al. 2018);
+                                         > 0: ridge relative to the mean variance
+``eta``                  ``"hops"``      eta_i = hop distance + ``eta_offset`` (the paper's text); ``"learned"``:
+                                         GATS's learnable scalings for hops 0 and 1, 1 beyond
+``eta_offset``           ``1.0``         training nodes (hops 0) get eta = 1, never a division by 0
+``unreachable_hops``     ``None``        hops of nodes with no path to a training node (None: max + 1)
+``homophily_logits``     ``"raw"``       z in the homophily term: ``raw``, ``unit`` (L2) or ``minmax``
+``message_logits``       ``"minmax"``    z sorted in the messages (the paper's z~): ``raw``, ``unit``, ``minmax``
+                                         (each node's logits scaled to [0, 1], as GATS's messages). Chosen on
+                                         labelled nodes by screen 2 of reports/simcalib_joint/README.md
+                                         (crossfit ECE 7.29 vs 7.68 for ``raw``, NLL 0.619 vs 0.621)
+``self_loops``           ``True``        j = i is in N(i) (isolated nodes then still get a message)
+``training``             ``"joint"``     the mixture's NLL (the paper's objective); ``"separate"``: each branch
+                                         fitted alone on its own NLL with its own early stopping, then mixed by
+                                         w (registered as ``SimCalib_separate``; the default until issue 10)
+``decay``                ``"all"``       weight decay on every parameter, biases and the temperatures' offsets
+                                         included; ``"weights"``: weight matrices only. Chosen on labelled nodes
+                                         by the rule of reports/simcalib_joint/README.md (crossfit ECE 7.76 vs
+                                         8.66 over 4 benchmarks): with free biases the joint fit sharpens T_feat
+``grid_criterion``       ``"fit_nll"``   grid selection: NLL on the calibration nodes the points were fitted on;
+                                         ``stop_nll`` (the early-stopping nodes, i.e. the backbone's training
+                                         folds; the default until screen 3), ``stop_ece``, ``fit_ece``. Chosen on
+                                         labelled nodes by screen 3 of reports/simcalib_joint/README.md
+                                         (crossfit ECE 7.21 vs 7.34, NLL 0.6227 vs 0.6195)
+``tie_resets_patience``  ``False``       a grid unit's early stopping: only a strictly lower training-fold NLL
+                                         resets the patience counter (ties still keep the later parameters);
+                                         ``True`` is the GATS code's ``<=``, under which a unit whose NLL stops
+                                         changing trains to the epoch cap. Same choices on labelled nodes in
+                                         75/75 Cora GCN runs, longest unit 1285 -> 585 epochs (section 9 of
+                                         reports/simcalib_joint/README.md)
+=======================  ==============  =====================================================================
 
 Two additions to the paper's equations, both needed under the protocol's training rule (early stopping on
 the training folds, whose nodes favour sharp outputs: a branch that starts sharper than the calibration
@@ -97,8 +103,8 @@ from simcalib.calibrators.layers import (
     SortedEdges,
     edges_with_self_loops,
     grid_gnn,
-    log_softmax_classes,
     inverse_softplus_temperature,
+    log_softmax_classes,
     softplus_temperature,
 )
 from simcalib.calibrators.movement import (
