@@ -85,9 +85,11 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     dataset, backbone = get_spec(args.dataset).name, backbone_name(args.backbone)
-    study_options = _study_calibrators(args.study, dataset, backbone) if args.study else None
+    study = load_study(args.study) if args.study else None
+    study_options = ({c.name: study.calibrator_options(c, dataset, backbone) for c in study.calibrators}
+                     if study else None)  # tuned options resolved for this benchmark
     if args.seed is None:
-        args.seed = load_study(args.study).spec.seed if args.study else 10
+        args.seed = study.spec.seed if study else 10
     names = args.calibrators if args.calibrators is not None else (
         list(study_options) if study_options is not None else ["uncal", "ts", "vs", "ets"])
     calibrators = [canonical_calibrator(c) for c in names]  # validate names before any work
@@ -110,14 +112,6 @@ def run(args: argparse.Namespace) -> int:
     print_summary(summarize(results))
     print(f"\n{len(results)} rows in {out / 'results.csv'}")
     return 0
-
-
-def _study_calibrators(study_file: str, dataset: str, backbone: str) -> dict[str, dict]:
-    """The calibrators of a study file and their options on (dataset, backbone), tuned ones resolved."""
-    from simcalib.study import load_study
-
-    study = load_study(study_file)
-    return {c.name: study.calibrator_options(c, dataset, backbone) for c in study.calibrators}
 
 
 def print_summary(summary) -> None:
