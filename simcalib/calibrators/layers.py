@@ -275,12 +275,19 @@ class GridGCN(nn.Module):
         weight1, bias1, weight2, bias2 = self.weight1, self.bias1, self.weight2, self.bias2
         if points is not None:
             weight1, bias1, weight2, bias2 = weight1[points], bias1[points], weight2[points], bias2[points]
-        hidden = F.relu(torch.matmul(propagated_x, weight1) + bias1[:, None, :])  # [p, N_in, h]
+        count, channels, width = weight1.shape
+        nodes = propagated_x.shape[0]
+        # Node-major [N_in, p, h]: the points' first layers are one [C, p*h] product with the bias fused, and the
+        # elementwise work runs over contiguous rows; a [p, N_in, h] batch of h-wide products cost ~1.3x more
+        # per step on CPU (same values to rounding).
+        hidden = torch.addmm(bias1.reshape(count * width), propagated_x,
+                             weight1.transpose(0, 1).reshape(channels, count * width))  # [N_in, p*h]
+        hidden = F.relu(hidden).view(nodes, count, width)  # [N_in, p, h]
         if self.training and self.dropout > 0:
-            keep = torch.rand(hidden.shape[1:], device=hidden.device) >= self.dropout  # [N_in, h], shared by points
-            hidden = hidden * keep * (1.0 / (1.0 - self.dropout))
-        per_point = torch.matmul(hidden, weight2).squeeze(-1)  # [p, N_in]
-        return (adj.matmul(per_point.T) + bias2.T).T.unsqueeze(-1)  # [p, n, 1]
+            keep = torch.rand((nodes, width), device=hidden.device) >= self.dropout  # [N_in, h], shared by points
+            hidden = hidden * (keep * (1.0 / (1.0 - self.dropout)))[:, None, :]
+        per_point = (hidden * weight2.squeeze(-1)).sum(dim=2)  # [N_in, p]: each point's h-wide dot product
+        return (adj.matmul(per_point) + bias2.T).T.unsqueeze(-1)  # [p, n, 1]
 
 
 class GridGAT(nn.Module):

@@ -312,8 +312,9 @@ class SimCalib(GraphInputsCache, Calibrator):
         the [P, N, K] messages, the logits and G_feat's inputs anew each time cost more than the model itself
         on small graphs. These are pure gathers, so the numbers are those of gathering every time.
         """
-        cache = self._restricted_cache if self._restricted_graph is graph else {}
-        self._restricted_graph, self._restricted_cache = graph, cache
+        if self._restricted_graph is not graph:  # nn.Module's __setattr__ is slow: set only on a new graph
+            self._restricted_graph, self._restricted_cache = graph, {}
+        cache = self._restricted_cache
         key = (nodes.data_ptr(), nodes.numel())
         if key not in cache or not torch.equal(cache[key][0], nodes):
             inputs = self.graph_inputs(graph)
