@@ -35,16 +35,10 @@ def _load() -> str:
 
 def _fit(run, settings, output, name: str, **options):
     """(seconds, fitted calibrator) of one fit, seeded as the protocol seeds it."""
-    from simcalib.calibrators import build_calibrator
-    from simcalib.protocol import calibration_graph
-    from simcalib.seeding import derive_seed, seed_everything
+    from simcalib.protocol import fit_calibrator
 
-    graph, _ = calibration_graph(run, settings, output)
-    seed_everything(derive_seed(run.seed(settings), name))
-    model = build_calibrator(name, graph.num_classes, run.dataset, run.backbone, **options)
-    start = time.perf_counter()
-    model.fit(graph)
-    return time.perf_counter() - start, model
+    fitted = fit_calibrator(run, settings, name, options, output)
+    return fitted.fit_seconds, fitted.model
 
 
 def physics_simcalib(threads: int) -> None:

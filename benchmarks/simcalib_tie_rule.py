@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 import warnings
 from pathlib import Path
 
@@ -28,18 +27,12 @@ def fit_row(run, settings, output, label: str) -> dict:
     """One fit of ``label`` (see VARIANTS) on ``run``: seconds, longest unit's epochs, (w, t), test metrics."""
     import torch
 
-    from simcalib.calibrators import build_calibrator
     from simcalib.metrics import compute_metrics
-    from simcalib.protocol import calibration_graph, load_graph
-    from simcalib.seeding import derive_seed, seed_everything
+    from simcalib.protocol import fit_calibrator, load_graph
 
     name, options = VARIANTS[label]
-    graph, test_idx = calibration_graph(run, settings, output)
-    seed_everything(derive_seed(run.seed(settings), name))  # the protocol's seed of this calibrator on this run
-    model = build_calibrator(name, graph.num_classes, run.dataset, run.backbone, **options)
-    start = time.perf_counter()
-    model.fit(graph)
-    seconds = time.perf_counter() - start
+    fitted = fit_calibrator(run, settings, name, options, output)  # seeded as the protocol seeds this calibrator
+    model, graph, test_idx, seconds = fitted.model, fitted.graph, fitted.test_idx, fitted.fit_seconds
     info = model.fit_info
     epochs = (max(max(p["epochs"]) for p in info["grid"]) if "grid" in info else info["epochs"])
     with torch.no_grad():

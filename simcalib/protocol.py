@@ -32,7 +32,7 @@ from simcalib.backbones import (
     cache_key,
     train_backbone,
 )
-from simcalib.calibrators import CalibrationGraph, build_calibrator, canonical_calibrator
+from simcalib.calibrators import CalibrationGraph, Calibrator, build_calibrator, canonical_calibrator
 from simcalib.data import GraphData, get_spec, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
@@ -202,6 +202,36 @@ def calibration_graph(run: Run, settings: ProtocolSettings, output: BackboneOutp
     return cg, test_idx
 
 
+@dataclass
+class FittedCalibrator:
+    """A calibrator fitted on one run as the protocol fits it, with the graph it was fitted on."""
+
+    model: Calibrator
+    graph: CalibrationGraph  # on the fit's device
+    test_idx: np.ndarray
+    fit_seconds: float
+
+
+def fit_calibrator(run: Run, settings: ProtocolSettings, calibrator: str, options: dict | None = None,
+                   output: BackboneOutput | None = None) -> FittedCalibrator:
+    """Fit ``calibrator`` on ``run``'s backbone, seeded by the run's seed and the calibrator's name (so every
+    caller, the study and the benchmarks alike, fits the same model)."""
+    name = canonical_calibrator(calibrator)
+    output = output if output is not None else train_run_backbone(run, settings)
+    cg, test_idx = calibration_graph(run, settings, output)
+    device = torch.device("cuda" if settings.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if settings.device == "auto" else settings.device))
+    cg = cg.to(device)
+    seed_everything(derive_seed(run.seed(settings), name))
+    model = build_calibrator(name, cg.num_classes, run.dataset, run.backbone, **(options or {}))
+    start = time.perf_counter()
+    try:
+        model.fit(cg)
+    except TrainingDivergedError as exc:
+        raise TrainingDivergedError(f"{run.tag()}: {exc}") from None
+    return FittedCalibrator(model, cg, test_idx, time.perf_counter() - start)
+
+
 def evaluate_calibrator(
     run: Run,
     settings: ProtocolSettings,
@@ -213,19 +243,9 @@ def evaluate_calibrator(
     """Fit ``calibrator`` on ``run``'s backbone and return its results row (test-node metrics)."""
     name = canonical_calibrator(calibrator)
     output = output if output is not None else train_run_backbone(run, settings)
-    cg, test_idx = calibration_graph(run, settings, output)
-    device = torch.device("cuda" if settings.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if settings.device == "auto" else settings.device))
-    cg = cg.to(device)
-    seed = derive_seed(run.seed(settings), name)
-    seed_everything(seed)
-    model = build_calibrator(name, cg.num_classes, run.dataset, run.backbone, **(options or {}))
-    start = time.perf_counter()
-    try:
-        model.fit(cg)
-    except TrainingDivergedError as exc:
-        raise TrainingDivergedError(f"{run.tag()}: {exc}") from None
-    fit_seconds = time.perf_counter() - start
+    fitted = fit_calibrator(run, settings, name, options, output)
+    model, cg, test_idx, fit_seconds = fitted.model, fitted.graph, fitted.test_idx, fitted.fit_seconds
+    device = cg.device
     probs = model.predict_proba(cg).cpu()
     audit = {column: None for column in AUDIT_COLUMNS} | model.audit(cg, torch.from_numpy(test_idx).to(device))
     y_test = load_graph(run.dataset, settings).y[test_idx]

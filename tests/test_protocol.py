@@ -10,6 +10,7 @@ from simcalib.protocol import (
     Run,
     append_rows,
     evaluate_calibrator,
+    fit_calibrator,
     make_runs,
     run_benchmark,
     summarize,
@@ -52,6 +53,25 @@ def test_a_run_recomputed_alone_gives_the_same_numbers(settings, tmp_path):
     inside = run_benchmark(request, settings, tmp_path / "out").iloc[0].to_dict()
     for metric in ("ece", "nll", "accuracy"):
         assert alone[metric] == pytest.approx(inside[metric], rel=1e-9)
+
+
+def test_fit_calibrator_fits_the_model_whose_numbers_evaluate_calibrator_reports(settings):
+    """The benchmarks time fit_calibrator's fits; they must be the study's fits, seeded the same way."""
+    import torch
+
+    from simcalib.metrics import compute_metrics
+    from simcalib.protocol import load_graph
+
+    run = Run("Cora", "GCN", 0, 0, 1)
+    options = {"max_epochs": 30, "patience": 5}
+    fitted = fit_calibrator(run, settings, "simcalib", options)
+    with torch.no_grad():
+        probs = fitted.model.predict_proba(fitted.graph).cpu()[fitted.test_idx]
+    metrics = compute_metrics(probs, load_graph("Cora", settings).y[fitted.test_idx])
+    row = evaluate_calibrator(run, settings, "SimCalib", options)
+    assert fitted.fit_seconds > 0
+    assert (metrics["ece"], metrics["nll"]) == pytest.approx((row["ece"], row["nll"]), rel=1e-9)
+    assert fitted.model.fit_info["w"] == row["w"]
 
 
 def test_parallel_workers_give_the_numbers_of_one_single_threaded_process(settings, tmp_path):
