@@ -391,3 +391,39 @@ def test_simcalib_tie_rule_decides_whether_a_flat_early_stopping_loss_runs_to_th
     assert all(max(point["epochs"]) == expected_epochs for point in model.fit_info["grid"])
     # ties keep the later parameters either way: the kept epoch is the last one trained
     assert all(max(point["best_epoch"]) == expected_epochs - 1 for point in model.fit_info["grid"])
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_each_point_of_the_grid_gcn_is_the_two_layer_gcn_of_its_weights(training):
+    """GridGCN computes its points side by side (node-major); each must be the two-layer GCN equation with that
+    point's parameters and the one dropout mask the points share, on the full graph and on a restricted node
+    set; in eval mode also the plain TwoLayerGCN's output on those nodes."""
+    from simcalib.calibrators.layers import GridGCN, TwoLayerGCN
+
+    graph = tiny_graph()
+    torch.manual_seed(0)
+    x = torch.randn(graph.num_nodes, NUM_CLASSES)
+    grid = GridGCN(NUM_CLASSES, hidden=8, points=3, dropout=0.5)
+    with torch.no_grad():  # distinct points: the grid starts them equal
+        for parameter in grid.parameters():
+            parameter.add_(torch.randn_like(parameter))
+    grid.train(training)
+    prepared = GridGCN.prepare(x, graph.edge_index, graph.num_nodes)
+    nodes = torch.tensor([0, 3, 5])
+    for inputs, rows in ((prepared, slice(None)), (GridGCN.restrict(prepared, nodes), nodes)):
+        torch.manual_seed(1)
+        out = grid(inputs, torch.tensor([2, 0]))  # [2, n, 1]: points 2 and 0, in that order
+        propagated_x, adj = inputs
+        for position, point in enumerate([2, 0]):
+            torch.manual_seed(1)  # the same [N_in, h] mask draw
+            hidden = F.relu(propagated_x @ grid.weight1[point] + grid.bias1[point])
+            if training:
+                hidden = hidden * (torch.rand(hidden.shape) >= 0.5) * 2.0
+            expected = adj.matmul(hidden @ grid.weight2[point]) + grid.bias2[point]  # [n, 1]
+            torch.testing.assert_close(out[position], expected, rtol=1e-5, atol=1e-6)
+            if not training:
+                plain = TwoLayerGCN(NUM_CLASSES, 8, 1, dropout=0.5).eval()
+                with torch.no_grad():
+                    for name in ("weight1", "bias1", "weight2", "bias2"):
+                        getattr(plain, name).copy_(getattr(grid, name)[point])
+                torch.testing.assert_close(out[position], plain(*prepared)[rows], rtol=1e-5, atol=1e-6)
