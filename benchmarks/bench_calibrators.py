@@ -87,10 +87,10 @@ def cora_grid_speed(threads: int, runs: int = 3, repeats: int = 3) -> None:
 
     from simcalib.protocol import Run, train_run_backbone
 
+    if not 1 <= runs <= 75:  # before any backbone is trained
+        raise SystemExit(f"--runs must be 1..75 (Cora GCN has 5 splits x 5 inits x 3 folds), got {runs}")
     base, settings, _ = _cora_run(threads)
     before = _load()
-    if not 1 <= runs <= 75:
-        raise SystemExit(f"--runs must be 1..75 (Cora GCN has 5 splits x 5 inits x 3 folds), got {runs}")
     ratios, gats_s, simcalib_s, epochs, per_run = [], [], [], [], []
     for index in range(runs):
         run = Run("Cora", "GCN", index // 15, (index // 3) % 5, index % 3)
@@ -105,7 +105,7 @@ def cora_grid_speed(threads: int, runs: int = 3, repeats: int = 3) -> None:
         per_run.append(statistics.median(ratios[-repeats:]))
         print(f"[cora-gcn grid] {run.tag()}: GATS {statistics.median(gats_s[-repeats:]):.2f} s "
               f"({epochs[-1][1]} epochs), SimCalib {statistics.median(simcalib_s[-repeats:]):.2f} s "
-              f"({epochs[-1][0]} epochs of its longest point), ratio {statistics.median(ratios[-repeats:]):.2f}x")
+              f"({epochs[-1][0]} epochs of its longest point), ratio {per_run[-1]:.2f}x")
     one_at_a_time = sum(_fit(base, settings, train_run_backbone(base, settings), "SimCalib", w=w, t=t)[0]
                         for w, t in model.points)
     print(f"[cora-gcn grid] SimCalib batched grid ({len(model.points)} points) / GATS fit: median "

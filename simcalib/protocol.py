@@ -245,9 +245,8 @@ def evaluate_calibrator(
     output = output if output is not None else train_run_backbone(run, settings)
     fitted = fit_calibrator(run, settings, name, options, output)
     model, cg, test_idx, fit_seconds = fitted.model, fitted.graph, fitted.test_idx, fitted.fit_seconds
-    device = cg.device
     probs = model.predict_proba(cg).cpu()
-    audit = {column: None for column in AUDIT_COLUMNS} | model.audit(cg, torch.from_numpy(test_idx).to(device))
+    audit = {column: None for column in AUDIT_COLUMNS} | model.audit(cg, torch.from_numpy(test_idx).to(cg.device))
     y_test = load_graph(run.dataset, settings).y[test_idx]
     test_probs = probs[test_idx]
     metrics = compute_metrics(test_probs, y_test)
