@@ -65,12 +65,14 @@ def study_output(path: Path) -> tuple[Path, str]:
     return study.output, study.name
 
 
-MANIFEST_KEYS = {"results", "out", "title", "splits"}
+MANIFEST_KEYS = {"results", "out", "title", "splits", "data_efficiency"}
 
 
 def read_manifest(path: str | os.PathLike) -> list[dict]:
-    """The reports of a manifest: a YAML list of {results, out, title, splits (optional)}, paths relative to
-    the working directory (the project root); ``results`` is one folder or a list of folders read as one."""
+    """The reports of a manifest: a YAML list of {results, out, title, splits (optional), data_efficiency
+    (optional)}, paths relative to the working directory (the project root); ``results`` is one folder or a
+    list of folders read as one; ``data_efficiency`` names the folder(s) of a label-rate sweep drawn as the
+    data-efficiency figure (kept apart so that its runs at 15% do not replace the tables' runs)."""
     import yaml
 
     path = Path(path)
@@ -82,12 +84,13 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict) or not {"results", "out", "title"} <= set(entry) or set(entry) - MANIFEST_KEYS:
             raise ConfigError(f"{path}: entry {index} must have the keys results, out, title (and optionally "
-                              f"splits), got {entry!r}")
-        folders = entry["results"] if isinstance(entry["results"], list) else [entry["results"]]
-        for folder in folders:
-            if not isinstance(folder, str) or not Path(folder).is_dir():
-                raise DataMissingError(f"{path}: entry {index}: results folder {folder!r} does not exist; "
-                                       "`results` is a folder or a list of folders")
+                              f"splits, data_efficiency), got {entry!r}")
+        for key in ("results", "data_efficiency"):
+            folders = entry.get(key) or []
+            for folder in folders if isinstance(folders, list) else [folders]:
+                if not isinstance(folder, str) or not Path(folder).is_dir():
+                    raise DataMissingError(f"{path}: entry {index}: {key} folder {folder!r} does not exist; "
+                                           f"`{key}` is a folder or a list of folders")
     return entries
 
 
@@ -97,7 +100,8 @@ def run_every(args: argparse.Namespace) -> int:
     command = f"`make report` (= `simcalib report --every {args.every}`)"
     for entry in read_manifest(args.every):
         md = build_report(entry["results"], entry["out"], args.paper_dir, entry["title"], args.theory_reps, args.seed,
-                          splits=entry.get("splits"), keep_figures=True, regenerate=command).report_md
+                          splits=entry.get("splits"), keep_figures=True, regenerate=command,
+                          data_efficiency=entry.get("data_efficiency")).report_md
         print(f"report: {md}", flush=True)
     return 0
 

@@ -180,10 +180,15 @@ KEPT_FIGURE = (" (Kept from an earlier rendering of this folder: it is drawn fro
                "which are not committed; the numbers above are recomputed.)")
 
 
-def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False) -> FigureSet:
+def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False,
+                 sweep: StudyResults | None = None) -> FigureSet:
     """The study's figures; with ``keep_existing``, a figure that cannot be drawn here (no saved predictions)
-    but exists in ``out_dir/figures`` from an earlier rendering is kept and labelled as such."""
+    but exists in ``out_dir/figures`` from an earlier rendering is kept and labelled as such. ``sweep``: a
+    label-rate sweep kept in folders of its own, drawn as the data-efficiency figure instead of the study's
+    rows (its runs at the main rate stay out of the tables, whose runs at that rate may be other draws)."""
     folder = Path(out_dir) / "figures"
+    efficiency_rows = study.rows if sweep is None else sweep.rows
+    sweep_note = "" if sweep is None else f" Drawn from the label-rate sweep in `{sweep.root}`."
     bins = figs.figure_bins_frame(study.main_predictions(), study.main_rows())
     entries = []
 
@@ -207,7 +212,7 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
     add("data_efficiency", "Data efficiency",
         "ECE against the label rate (UnCal dashed; mean ± std over runs). Here the label rate sets the whole "
         "labelled set (backbone training folds and calibration fold); the paper reuses one pretrained backbone and "
-        "varies only the calibration data.", figs.data_efficiency_figure(study.rows),
+        "varies only the calibration data." + sweep_note, figs.data_efficiency_figure(efficiency_rows),
         "not available: no benchmark has results at two or more label rates (run study/data_efficiency.yaml, "
         "which sweeps the label rate in one study, and report on results/data_efficiency)")
     groups = figs.similarity_groups(bins)
@@ -448,18 +453,21 @@ class ReportOutputs:
 def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str | os.PathLike, paper_dir: str | os.PathLike | None = None,
                  title: str | None = None, theory_reps: int = 2000, seed: int = 10,
                  theory_grid: dict | None = None, splits: Sequence[int] | None = None, keep_figures: bool = False,
-                 regenerate: str | None = None) -> ReportOutputs:
+                 regenerate: str | None = None,
+                 data_efficiency: str | os.PathLike | Sequence[str | os.PathLike] | None = None) -> ReportOutputs:
     """Everything above in order; returns the paths written. ``splits`` restricts every table, test and
     figure to those splits' runs (e.g. the splits never looked at while choosing defaults); ``keep_figures``
     keeps figures of an earlier rendering that need predictions not present here; ``regenerate`` is the
-    command that re-renders the report (Markdown), stated at its top."""
+    command that re-renders the report (Markdown), stated at its top; ``data_efficiency``: the results of a
+    label-rate sweep drawn as the data-efficiency figure (see :func:`make_figures`)."""
     out_dir = Path(out_dir)
     study, paper = load_inputs(results_dir, paper_dir, splits)
+    sweep = None if data_efficiency is None else select_splits(load_study_results(data_efficiency), splits)
     tables = build_tables(study, paper)
     files = write_tables(tables, out_dir) + write_grid_choices(study, out_dir)
     sig = compute_significance(study, tables, paper)
     files += write_significance(sig, out_dir)
-    figures = make_figures(study, out_dir, keep_figures)
+    figures = make_figures(study, out_dir, keep_figures, sweep)
     files += [p for e in figures.entries for p in e.paths]
     theory_result = run_theory(out_dir, theory_reps, seed, theory_grid)
     files += theory_result.paths

@@ -131,3 +131,26 @@ def test_a_manifest_entry_may_read_several_results_folders(tmp_path):
     assert main(["report", "--every", str(manifest), "--theory-reps", "20", "--paper-dir", str(tmp_path / "np")]) == 0
     md = (out / "report.md").read_text()
     assert "| Cora | GCN | SimCalib, UnCal | 6 |" in md and "| Photo | GAT | SimCalib, UnCal | 6 |" in md
+
+
+def test_a_manifest_entry_draws_data_efficiency_from_its_sweep_without_its_rows_entering_the_tables(tmp_path):
+    write_benchmark(tmp_path / "main" / "Cora_GCN", "Cora", "GCN", ["UnCal", "SimCalib"], predictions=False, seed=1)
+    for k, rate in enumerate((0.03, 0.15)):  # the sweep's 15% runs are the same runs, drawn again
+        write_benchmark(tmp_path / "sweep" / f"label_rate_{rate}" / "Cora_GCN", "Cora", "GCN", ["UnCal", "SimCalib"],
+                        label_rate=rate, predictions=False, seed=20 + k)
+    out, manifest = tmp_path / "report", tmp_path / "reports.yaml"
+    manifest.write_text(f"- results: {tmp_path / 'main'}\n  out: {out}\n  title: t\n")
+    assert main(["report", "--every", str(manifest), "--theory-reps", "20", "--paper-dir", str(tmp_path / "np")]) == 0
+    alone = (out / "tables" / "table1_ece.csv").read_text()
+    assert "not available: no benchmark has results at two or more label rates" in (out / "report.md").read_text()
+
+    manifest.write_text(f"- results: {tmp_path / 'main'}\n  out: {out}\n  title: t\n"
+                        f"  data_efficiency: {tmp_path / 'sweep'}\n")
+    assert main(["report", "--every", str(manifest), "--theory-reps", "20", "--paper-dir", str(tmp_path / "np")]) == 0
+    md = (out / "report.md").read_text()
+    assert "figures/data_efficiency.png" in md and f"Drawn from the label-rate sweep in `{tmp_path / 'sweep'}`" in md
+    assert (out / "tables" / "table1_ece.csv").read_text() == alone  # the sweep's 15% rows stay out of Table 1
+
+    manifest.write_text(f"- results: {tmp_path / 'main'}\n  out: {out}\n  title: t\n"
+                        f"  data_efficiency: {tmp_path / 'nowhere'}\n")
+    assert main(["report", "--every", str(manifest)]) == 2
