@@ -204,7 +204,9 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
     no_predictions = ("not available: no saved predictions and no `figure_bins` in the results rows (rows written "
                       "before that column existed; rerun the runs, or `simcalib benchmark ... --save-predictions`)")
     add("reliability_uncal_vs_simcalib", "Reliability diagrams",
-        "Reliability diagrams of UnCal and SimCalib per benchmark (test nodes of all runs pooled).",
+        "Reliability diagrams of UnCal and SimCalib per benchmark (test nodes pooled over the runs whose rows carry "
+        "figure data, counted in each title; rows of passes older than that column have it only where "
+        "benchmarks/backfill_figure_bins.py reproduced them).",
         figs.reliability_grid(bins), no_predictions)
     add("confidence_distributions", "Confidence distributions",
         "Top-1 confidence of the test nodes, UnCal and SimCalib per benchmark.",

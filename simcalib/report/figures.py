@@ -139,7 +139,7 @@ def reliability_grid(bins: pd.DataFrame, methods: Sequence[str] = ("UnCal", "Sim
     fig.legend([h for h, lab in zip(handles, labels) if lab != "accuracy"] + _method_handles(colors),
                [lab for lab in labels if lab != "accuracy"] + [f"accuracy ({m})" for m in colors],
                loc="outside lower center", ncols=4, fontsize="small", frameon=False)
-    _suptitle(fig, "Reliability diagrams (test nodes of all runs pooled, 15 bins; ECE of the pool)")
+    _suptitle(fig, "Reliability diagrams (test nodes pooled over the runs counted in each title, 15 bins; ECE of the pool)")
     return fig
 
 
