@@ -65,14 +65,15 @@ def study_output(path: Path) -> tuple[Path, str]:
     return study.output, study.name
 
 
-MANIFEST_KEYS = {"results", "out", "title", "splits", "data_efficiency"}
+MANIFEST_KEYS = {"results", "out", "title", "splits", "data_efficiency", "pinned_figures"}
 
 
 def read_manifest(path: str | os.PathLike) -> list[dict]:
     """The reports of a manifest: a YAML list of {results, out, title, splits (optional), data_efficiency
     (optional)}, paths relative to the working directory (the project root); ``results`` is one folder or a
     list of folders read as one; ``data_efficiency`` names the folder(s) of a label-rate sweep drawn as the
-    data-efficiency figure (kept apart so that its runs at 15% do not replace the tables' runs)."""
+    data-efficiency figure (kept apart so that its runs at 15% do not replace the tables' runs);
+    ``pinned_figures`` lists figure stems kept from the earlier rendering even where they could be redrawn."""
     import yaml
 
     path = Path(path)
@@ -84,7 +85,7 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict) or not {"results", "out", "title"} <= set(entry) or set(entry) - MANIFEST_KEYS:
             raise ConfigError(f"{path}: entry {index} must have the keys results, out, title (and optionally "
-                              f"splits, data_efficiency), got {entry!r}")
+                              f"splits, data_efficiency, pinned_figures), got {entry!r}")
         for key in ("results", "data_efficiency"):
             folders = entry.get(key) or []
             for folder in folders if isinstance(folders, list) else [folders]:
@@ -101,7 +102,8 @@ def run_every(args: argparse.Namespace) -> int:
     for entry in read_manifest(args.every):
         md = build_report(entry["results"], entry["out"], args.paper_dir, entry["title"], args.theory_reps, args.seed,
                           splits=entry.get("splits"), keep_figures=True, regenerate=command,
-                          data_efficiency=entry.get("data_efficiency")).report_md
+                          data_efficiency=entry.get("data_efficiency"),
+                          pinned_figures=entry.get("pinned_figures") or ()).report_md
         print(f"report: {md}", flush=True)
     return 0
 

@@ -181,11 +181,13 @@ KEPT_FIGURE = (" (Kept from an earlier rendering of this folder: it is drawn fro
 
 
 def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False,
-                 sweep: StudyResults | None = None) -> FigureSet:
+                 sweep: StudyResults | None = None, pinned: Sequence[str] = ()) -> FigureSet:
     """The study's figures; with ``keep_existing``, a figure that cannot be drawn here (no saved predictions)
     but exists in ``out_dir/figures`` from an earlier rendering is kept and labelled as such. ``sweep``: a
     label-rate sweep kept in folders of its own, drawn as the data-efficiency figure instead of the study's
-    rows (its runs at the main rate stay out of the tables, whose runs at that rate may be other draws)."""
+    rows (its runs at the main rate stay out of the tables, whose runs at that rate may be other draws).
+    ``pinned``: figure stems kept from an earlier rendering even where they could be redrawn (e.g. drawn from
+    every run's test predictions, against figure data that only some rows carry)."""
     folder = Path(out_dir) / "figures"
     efficiency_rows = study.rows if sweep is None else sweep.rows
     sweep_note = "" if sweep is None else f" Drawn from the label-rate sweep in `{sweep.root}`."
@@ -193,6 +195,8 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
     entries = []
 
     def add(stem: str, title: str, caption: str, fig, note: str) -> None:
+        if stem in pinned and (folder / f"{stem}.png").is_file():
+            fig = None  # the earlier rendering wins (see ``pinned``)
         if fig is not None:
             entries.append(FigureEntry(stem, title, caption, figs.save_figure(fig, folder, stem)))
         elif keep_existing and (folder / f"{stem}.png").is_file():
@@ -456,12 +460,14 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
                  title: str | None = None, theory_reps: int = 2000, seed: int = 10,
                  theory_grid: dict | None = None, splits: Sequence[int] | None = None, keep_figures: bool = False,
                  regenerate: str | None = None,
-                 data_efficiency: str | os.PathLike | Sequence[str | os.PathLike] | None = None) -> ReportOutputs:
+                 data_efficiency: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+                 pinned_figures: Sequence[str] = ()) -> ReportOutputs:
     """Everything above in order; returns the paths written. ``splits`` restricts every table, test and
     figure to those splits' runs (e.g. the splits never looked at while choosing defaults); ``keep_figures``
     keeps figures of an earlier rendering that need predictions not present here; ``regenerate`` is the
     command that re-renders the report (Markdown), stated at its top; ``data_efficiency``: the results of a
-    label-rate sweep drawn as the data-efficiency figure (see :func:`make_figures`)."""
+    label-rate sweep drawn as the data-efficiency figure; ``pinned_figures``: stems kept from the earlier
+    rendering even where they could be redrawn (see :func:`make_figures`)."""
     out_dir = Path(out_dir)
     study, paper = load_inputs(results_dir, paper_dir, splits)
     sweep = None if data_efficiency is None else select_splits(load_study_results(data_efficiency), splits)
@@ -469,7 +475,7 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
     files = write_tables(tables, out_dir) + write_grid_choices(study, out_dir)
     sig = compute_significance(study, tables, paper)
     files += write_significance(sig, out_dir)
-    figures = make_figures(study, out_dir, keep_figures, sweep)
+    figures = make_figures(study, out_dir, keep_figures, sweep, pinned_figures)
     files += [p for e in figures.entries for p in e.paths]
     theory_result = run_theory(out_dir, theory_reps, seed, theory_grid)
     files += theory_result.paths

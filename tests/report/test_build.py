@@ -154,3 +154,22 @@ def test_a_manifest_entry_draws_data_efficiency_from_its_sweep_without_its_rows_
     manifest.write_text(f"- results: {tmp_path / 'main'}\n  out: {out}\n  title: t\n"
                         f"  data_efficiency: {tmp_path / 'nowhere'}\n")
     assert main(["report", "--every", str(manifest)]) == 2
+
+
+def test_a_pinned_figure_keeps_its_earlier_rendering_where_it_could_be_redrawn(tmp_path):
+    import shutil
+
+    results, out = tmp_path / "results" / "Cora_GCN", tmp_path / "report"
+    render = ["report", "--every", str(tmp_path / "reports.yaml"), "--theory-reps", "20", "--paper-dir", str(tmp_path / "np")]
+    write_benchmark(results, "Cora", "GCN", ["UnCal", "SimCalib"], seed=1)
+    (tmp_path / "reports.yaml").write_text(f"- results: {tmp_path / 'results'}\n  out: {out}\n  title: t\n"
+                                           "  pinned_figures: [reliability_uncal_vs_simcalib]\n")
+    assert main(render) == 0  # the first rendering: nothing to keep yet, so drawn
+    first = {stem: (out / "figures" / f"{stem}.png").read_bytes()
+             for stem in ("reliability_uncal_vs_simcalib", "confidence_distributions")}
+    shutil.rmtree(results)
+    write_benchmark(results, "Cora", "GCN", ["UnCal", "SimCalib"], seed=2)  # other predictions: other figures
+    assert main(render) == 0
+    assert (out / "figures" / "reliability_uncal_vs_simcalib.png").read_bytes() == first["reliability_uncal_vs_simcalib"]
+    assert (out / "figures" / "confidence_distributions.png").read_bytes() != first["confidence_distributions"]
+    assert "Kept from an earlier rendering" in (out / "report.md").read_text()
