@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -44,12 +43,6 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def write_atomically(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    frame.to_csv(tmp, index=False, float_format="%.10g")  # the protocol's own format: other cells keep their text
-    os.replace(tmp, path)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", type=Path, help="one benchmark's results.csv (rewritten in place)")
@@ -60,7 +53,13 @@ def main() -> int:
 
     import torch
 
-    from simcalib.protocol import ProtocolSettings, Run, evaluate_calibrator, train_run_backbone
+    from simcalib.protocol import (
+        ProtocolSettings,
+        Run,
+        evaluate_calibrator,
+        rewrite_results,
+        train_run_backbone,
+    )
     from simcalib.study import load_study
 
     torch.set_num_threads(1)
@@ -74,7 +73,7 @@ def main() -> int:
         return 2
     dataset, backbone, label_rate = benchmarks.iloc[0]
     study = load_study(args.study)
-    options = {c.name: study.calibrator_options(c, dataset, backbone) for c in study.calibrators}
+    options = study.benchmark_options(dataset, backbone)
     settings = ProtocolSettings(study_seed=study.spec.seed, fold_rate=float(label_rate) / 3)
     wanted = frame["calibrator"].isin(args.calibrators.split(",")) & frame["figure_bins"].isna()
     runs = frame.loc[wanted, KEYS].drop_duplicates().sort_values(KEYS).itertuples(index=False)
@@ -96,7 +95,7 @@ def main() -> int:
             else:
                 print(f"{run.tag()} {committed['calibrator']}: not reproduced ({why}); left without bins", flush=True)
                 refused += 1
-        write_atomically(frame, args.results)
+        rewrite_results(args.results, frame)  # the protocol's format: cells not filled here keep their text
     print(f"{args.results}: bins written to {filled} rows, {refused} rows not reproduced "
           f"(tolerance {args.tolerance} ECE points)")
     return 0

@@ -328,9 +328,14 @@ def _rewrite_with_columns(path: Path, header: list[str], extra: list[str]) -> No
     columns = header + [c for c in extra if c not in header]
     if columns == header:
         return
-    existing = pd.read_csv(path).reindex(columns=columns)
+    rewrite_results(path, pd.read_csv(path).reindex(columns=columns))
+
+
+def rewrite_results(path: Path, frame: pd.DataFrame) -> None:
+    """Replace the results CSV ``path`` by ``frame`` atomically, in the format :func:`append_rows` writes (so the
+    cells a caller did not change keep their text)."""
     tmp = path.with_name(path.name + ".tmp")
-    existing.to_csv(tmp, index=False, float_format="%.10g")
+    frame.to_csv(tmp, index=False, float_format="%.10g")
     tmp.replace(path)
 
 
@@ -562,7 +567,7 @@ def run_benchmark(
 
 __all__ = [
     "AUDIT_COLUMNS", "KEY_COLUMNS", "RESULT_COLUMNS", "backbone_digest", "BenchmarkRequest", "ProtocolSettings", "Run", "append_rows",
-    "calibration_graph", "copy_finished_rows", "evaluate_calibrator", "load_graph", "make_runs", "read_results",
+    "calibration_graph", "copy_finished_rows", "evaluate_calibrator", "load_graph", "make_runs", "read_results", "rewrite_results",
     "run_benchmark", "run_split", "run_split_sources", "summarize", "train_split_backbones",
     "train_run_backbone",
 ]

@@ -235,6 +235,10 @@ class Study:
         key = ".".join(map(str, path))
         return f"{self.source}:{line}: {key}" if line else f"{self.source}: {key}"
 
+    def benchmark_options(self, dataset: str, backbone: str) -> dict[str, dict]:
+        """Every calibrator's options on one benchmark, by name (see :meth:`calibrator_options`)."""
+        return {c.name: self.calibrator_options(c, dataset, backbone) for c in self.calibrators}
+
     def calibrator_options(self, calibrator: CalibratorPlan, dataset: str, backbone: str) -> dict:
         """The options of ``calibrator`` on one benchmark (tuned ones read now; ConfigError naming the line)."""
         if calibrator.tuned_from is None:

@@ -86,8 +86,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     dataset, backbone = get_spec(args.dataset).name, backbone_name(args.backbone)
     study = load_study(args.study) if args.study else None
-    study_options = ({c.name: study.calibrator_options(c, dataset, backbone) for c in study.calibrators}
-                     if study else None)  # tuned options resolved for this benchmark
+    study_options = study.benchmark_options(dataset, backbone) if study else None  # tuned ones resolved here
     if args.seed is None:
         args.seed = study.spec.seed if study else 10
     names = args.calibrators if args.calibrators is not None else (
