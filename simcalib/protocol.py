@@ -32,7 +32,14 @@ from simcalib.backbones import (
     cache_key,
     train_backbone,
 )
-from simcalib.calibrators import CalibrationGraph, Calibrator, build_calibrator, canonical_calibrator
+from simcalib.calibrators import (
+    CALIBRATORS,
+    CalibrationGraph,
+    Calibrator,
+    build_calibrator,
+    canonical_calibrator,
+)
+from simcalib.calibrators.across_runs import STACKABLE, fit_across_runs, generator_after_build
 from simcalib.data import GraphData, get_spec, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
@@ -218,18 +225,53 @@ def fit_calibrator(run: Run, settings: ProtocolSettings, calibrator: str, option
     caller, the study and the benchmarks alike, fits the same model)."""
     name = canonical_calibrator(calibrator)
     output = output if output is not None else train_run_backbone(run, settings)
-    cg, test_idx = calibration_graph(run, settings, output)
-    device = torch.device("cuda" if settings.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if settings.device == "auto" else settings.device))
-    cg = cg.to(device)
-    seed_everything(derive_seed(run.seed(settings), name))
-    model = build_calibrator(name, cg.num_classes, run.dataset, run.backbone, **(options or {}))
+    model, cg, test_idx = _built_calibrator(run, settings, name, options, output)
     start = time.perf_counter()
     try:
         model.fit(cg)
     except TrainingDivergedError as exc:
         raise TrainingDivergedError(f"{run.tag()}: {exc}") from None
     return FittedCalibrator(model, cg, test_idx, time.perf_counter() - start)
+
+
+def _built_calibrator(run: Run, settings: ProtocolSettings, name: str, options: dict | None,
+                      output: BackboneOutput) -> tuple[Calibrator, CalibrationGraph, np.ndarray]:
+    """``name`` built for ``run`` under the run's calibrator seed (not fitted), its graph on the device, the
+    test nodes. The global generator is left where the fit draws its first random number."""
+    cg, test_idx = calibration_graph(run, settings, output)
+    device = torch.device("cuda" if settings.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if settings.device == "auto" else settings.device))
+    cg = cg.to(device)
+    seed_everything(derive_seed(run.seed(settings), name))
+    return build_calibrator(name, cg.num_classes, run.dataset, run.backbone, **(options or {})), cg, test_idx
+
+
+def fits_across_runs(calibrator: str) -> bool:
+    """Whether ``calibrator`` (a registered name) can be fitted on the runs of a split together
+    (:mod:`simcalib.calibrators.across_runs`)."""
+    return CALIBRATORS[canonical_calibrator(calibrator)].cls in STACKABLE
+
+
+def fit_calibrator_across_runs(runs: Sequence[Run], settings: ProtocolSettings, calibrator: str,
+                               options: dict | None, outputs: Sequence[BackboneOutput]) -> list[FittedCalibrator]:
+    """:func:`fit_calibrator` of every run of ``runs`` (runs of one graph: one dataset and split), fitted
+    together (:func:`~simcalib.calibrators.across_runs.fit_across_runs`): each run's model is the one
+    :func:`fit_calibrator` gives, to float rounding, from the same seed. ``fit_seconds`` is the joint fit's time
+    divided by the number of runs."""
+    name = canonical_calibrator(calibrator)
+    built, generators = [], []
+    for run, output in zip(runs, outputs):
+        built.append(_built_calibrator(run, settings, name, options, output))
+        generators.append(generator_after_build(built[-1][1].device))  # the stream the run's lone fit would use
+    start = time.perf_counter()
+    try:
+        fit_across_runs([model for model, _, _ in built], [cg for _, cg, _ in built], generators)
+    except TrainingDivergedError as exc:
+        tags = ", ".join(run.tag() for run in runs)
+        raise TrainingDivergedError(f"{name} fitted across runs {tags}: {exc}; fit them one at a time "
+                                    "(--no-batch-calibrators) to see which run") from None
+    seconds = (time.perf_counter() - start) / len(runs)
+    return [FittedCalibrator(model, cg, test_idx, seconds) for model, cg, test_idx in built]
 
 
 def evaluate_calibrator(
@@ -239,11 +281,13 @@ def evaluate_calibrator(
     options: dict | None = None,
     output: BackboneOutput | None = None,
     predictions_dir: str | os.PathLike | None = None,
+    fitted: FittedCalibrator | None = None,
 ) -> dict:
-    """Fit ``calibrator`` on ``run``'s backbone and return its results row (test-node metrics)."""
+    """Fit ``calibrator`` on ``run``'s backbone (unless ``fitted`` is given: the model already fitted on it)
+    and return its results row (test-node metrics)."""
     name = canonical_calibrator(calibrator)
     output = output if output is not None else train_run_backbone(run, settings)
-    fitted = fit_calibrator(run, settings, name, options, output)
+    fitted = fitted if fitted is not None else fit_calibrator(run, settings, name, options, output)
     model, cg, test_idx, fit_seconds = fitted.model, fitted.graph, fitted.test_idx, fitted.fit_seconds
     probs = model.predict_proba(cg).cpu()
     audit = {column: None for column in AUDIT_COLUMNS} | model.audit(cg, torch.from_numpy(test_idx).to(cg.device))
@@ -401,30 +445,49 @@ def _split_groups(jobs: Sequence[tuple[Run, list[str]]]) -> list[list[tuple[Run,
 
 
 def _run_split_group(group: Sequence[tuple[Run, list[str]]], settings: ProtocolSettings, options: dict[str, dict],
-                     predictions_dir: Path | None, models_per_batch: int | None = None) -> Iterator[list[dict]]:
-    """The runs of one split: their backbones trained together (cached per run), then each run's calibrator
-    rows, yielded run by run (so results.csv grows as today)."""
-    outputs = train_split_backbones([run for run, _ in group], settings, models_per_batch)
-    for (run, todo), output in zip(group, outputs):
-        yield [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir) for c in todo]
+                     predictions_dir: Path | None, models_per_batch: int | None = None,
+                     batch_calibrators: bool = False) -> Iterator[list[dict]]:
+    """The runs of one split: their backbones (with ``settings.batch_runs`` trained together, else one at a
+    time; cached per run), then each run's calibrator rows, yielded run by run (so results.csv grows as
+    today). With ``batch_calibrators`` every calibrator that :func:`fits_across_runs` is first fitted on all
+    the runs that need it at once; the rows then come as before."""
+    runs = [run for run, _ in group]
+    if settings.batch_runs:
+        outputs = train_split_backbones(runs, settings, models_per_batch)
+    else:
+        outputs = [train_run_backbone(run, settings) for run in runs]
+    fitted: dict[tuple[int, str], FittedCalibrator] = {}  # (position in group, calibrator) -> fitted model
+    if batch_calibrators:
+        names = list(dict.fromkeys(c for _, todo in group for c in todo if fits_across_runs(c)))
+        for name in names:
+            positions = [p for p, (_, todo) in enumerate(group) if name in todo]
+            models = fit_calibrator_across_runs([runs[p] for p in positions], settings, name, options.get(name),
+                                                [outputs[p] for p in positions])
+            fitted.update({(p, name): model for p, model in zip(positions, models)})
+    for position, ((run, todo), output) in enumerate(zip(group, outputs)):
+        yield [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir, fitted.pop((position, c), None))
+               for c in todo]
 
 
-def _split_group_rows(group, settings, options, predictions_dir, models_per_batch=None) -> list[list[dict]]:
+def _split_group_rows(group, settings, options, predictions_dir, models_per_batch=None,
+                      batch_calibrators=False) -> list[list[dict]]:
     """:func:`_run_split_group` collected, for a worker process (which returns once)."""
-    return list(_run_split_group(group, settings, options, predictions_dir, models_per_batch))
+    return list(_run_split_group(group, settings, options, predictions_dir, models_per_batch, batch_calibrators))
 
 
-def _batched_rows(jobs, settings, options, predictions_dir, workers: int, models_per_batch: int | None):
-    """Each job's rows (``[]`` for a job with nothing to do), the runs of a split trained as one batch; with
-    ``workers`` > 1, one split per worker process (one torch thread each)."""
+def _batched_rows(jobs, settings, options, predictions_dir, workers: int, models_per_batch: int | None,
+                  batch_calibrators: bool = False):
+    """Each job's rows (``[]`` for a job with nothing to do), the runs of a split together (their backbones
+    with ``settings.batch_runs``, their calibrators with ``batch_calibrators``); with ``workers`` > 1, one split
+    per worker process (one torch thread each)."""
     groups = _split_groups(jobs)
     for _ in range(len(jobs) - sum(len(g) for g in groups)):
         yield []
     if workers == 1:
         for group in groups:
-            yield from _run_split_group(group, settings, options, predictions_dir, models_per_batch)
+            yield from _run_split_group(group, settings, options, predictions_dir, models_per_batch, batch_calibrators)
         return
-    tasks = [(g, settings, options, predictions_dir, models_per_batch) for g in groups]
+    tasks = [(g, settings, options, predictions_dir, models_per_batch, batch_calibrators) for g in groups]
     for rows_per_run in _in_processes(_split_group_rows, tasks, workers):
         yield from rows_per_run
 
@@ -504,13 +567,16 @@ def run_benchmark(
     batch_runs: bool = False,
     resume_from: str | os.PathLike | None = None,
     models_per_batch: int | None = None,
+    batch_calibrators: bool = False,
 ) -> pd.DataFrame:
     """Run (or resume) the protocol; rows go to ``out_dir/results.csv`` as each run finishes.
 
     ``workers`` > 1 runs that many runs at once in separate processes (one torch thread each).
     ``batch_runs``: the backbones of a split's runs are trained together (:func:`train_split_backbones`;
     another random stream than the per-run trainer, hence other backbones), with ``workers`` > 1 one split
-    per process. ``resume_from``: a results.csv (e.g. committed under reports/) whose rows of the requested
+    per process. ``batch_calibrators``: the calibrators that :func:`fits_across_runs` are fitted on a split's
+    runs together (the same models to float rounding; a split's rows then arrive once all its backbones are
+    there). ``resume_from``: a results.csv (e.g. committed under reports/) whose rows of the requested
     runs are copied into ``out_dir/results.csv`` first, so those runs are not computed again."""
     if batch_runs != settings.batch_runs:  # the calibrators' view of a run must read the same backbones
         settings = dataclasses.replace(settings, batch_runs=batch_runs)
@@ -537,8 +603,9 @@ def run_benchmark(
                 if tuple(map(str, (run.dataset, run.backbone, c, run.split, run.init, run.fold, run.seed(settings)))) not in done]
         jobs.append((run, todo))
     options = request.calibrator_options
-    if batch_runs:
-        rows_per_job = _batched_rows(jobs, settings, options, predictions_dir, workers, models_per_batch)
+    if batch_runs or batch_calibrators:
+        rows_per_job = _batched_rows(jobs, settings, options, predictions_dir, workers, models_per_batch,
+                                     batch_calibrators)
     elif workers > 1:
         rows_per_job = _rows_in_processes(jobs, settings, options, predictions_dir, workers)
     else:
@@ -567,7 +634,7 @@ def run_benchmark(
 
 __all__ = [
     "AUDIT_COLUMNS", "KEY_COLUMNS", "RESULT_COLUMNS", "backbone_digest", "BenchmarkRequest", "ProtocolSettings", "Run", "append_rows",
-    "calibration_graph", "copy_finished_rows", "evaluate_calibrator", "load_graph", "make_runs", "read_results", "rewrite_results",
+    "calibration_graph", "copy_finished_rows", "evaluate_calibrator", "fit_calibrator_across_runs", "fits_across_runs", "load_graph", "make_runs", "read_results", "rewrite_results",
     "run_benchmark", "run_split", "run_split_sources", "summarize", "train_split_backbones",
     "train_run_backbone",
 ]

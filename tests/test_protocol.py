@@ -217,6 +217,35 @@ def test_batched_benchmark_in_worker_processes_gives_the_single_process_numbers(
     pd.testing.assert_frame_equal(serial.drop(columns="fit_seconds"), parallel.drop(columns="fit_seconds"))
 
 
+def test_calibrators_fitted_across_runs_give_the_per_run_rows_and_resume(settings, tmp_path):
+    import torch
+
+    calibrators = ["uncal", "TS", "ETS", "CaGCN", "GATS", "SimCalib"]  # SimCalib: fitted alone within the group
+    quick = {"max_epochs": 120}
+    options = {"TS": quick, "ETS": quick, "CaGCN": quick, "GATS": quick, "SimCalib": {"w": 0.8, "t": 0.5, **quick}}
+    request = BenchmarkRequest("cora", "GCN", calibrators, splits=[0], inits=[0, 1], folds=[0, 1],
+                               calibrator_options=options)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        alone = run_benchmark(request, settings, tmp_path / "alone")
+        together = run_benchmark(request, settings, tmp_path / "together", batch_calibrators=True)
+        assert len(together) == 24
+        numbers = ["ece", "ace", "mce", "nll", "brier", "accuracy"]
+        pd.testing.assert_frame_equal(together[numbers], alone[numbers], atol=1e-4, rtol=0)
+        assert (together["backbone_digest"] == alone["backbone_digest"]).all()  # the per-run backbones, cached
+        # resumed with one more fold: the new runs are fitted together, the old rows stay as they were
+        bigger = BenchmarkRequest("cora", "GCN", calibrators, splits=[0], inits=[0, 1], folds=[0, 1, 2],
+                                  calibrator_options=options)
+        resumed = run_benchmark(bigger, settings, tmp_path / "together", batch_calibrators=True)
+    finally:
+        torch.set_num_threads(threads)
+    key = ["calibrator", "split", "init", "fold"]
+    old = resumed.merge(together[key], on=key).sort_values(key).reset_index(drop=True)
+    pd.testing.assert_frame_equal(old, together.sort_values(key).reset_index(drop=True))
+    assert len(resumed) == 36
+
+
 def test_resume_from_committed_results_skips_the_runs_it_holds(settings, tmp_path):
     request = BenchmarkRequest("cora", "GCN", ["uncal", "TS"], splits=[0], inits=[0], folds=[0, 1])
     committed = run_benchmark(request, settings, tmp_path / "committed")

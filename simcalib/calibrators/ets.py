@@ -34,6 +34,10 @@ class ETS(Calibrator):
     def fit(self, graph: CalibrationGraph, fit_idx: Tensor | None = None, stop_idx: Tensor | None = None) -> ETS:
         fit_idx = graph.cal_idx if fit_idx is None else fit_idx
         self.ts.fit(graph, fit_idx, stop_idx)
+        return self.fit_weights(graph, fit_idx)
+
+    def fit_weights(self, graph: CalibrationGraph, fit_idx: Tensor) -> ETS:
+        """The second step, ``self.ts`` fitted: the simplex weights w on ``fit_idx``."""
         self.fit_info = dict(self.ts.fit_info)
         with torch.no_grad():
             logits = graph.logits[fit_idx].double().cpu()
