@@ -96,8 +96,9 @@ def _pick(tensor: Tensor, runs: Tensor | None) -> Tensor:
 class RunStack(nn.Module):
     """Base: R calibrators of one class as one module with a leading run dimension.
 
-    Subclasses define ``transform`` (log-probabilities of some nodes of some runs) and ``write_back()`` (copy each run's parameters into its calibrator). The interface is the one
-    :func:`fit_nll_grid` trains: one unit per run, one branch.
+    Subclasses define ``transform`` (log-probabilities of some nodes of some runs) and ``write_back`` (copy
+    each run's parameters into its calibrator). The interface is the one :func:`fit_nll_grid` trains: one
+    unit per run, one branch.
     """
 
     def __init__(self, calibrators: Sequence[Calibrator], graph: RunStackGraph):
@@ -157,7 +158,7 @@ class StackedTS(RunStack):
         self.raw_temperature = nn.Parameter(torch.stack([c.raw_temperature.detach() for c in calibrators]))  # [R,1,1]
 
     def transform(self, logits: Tensor, runs: Tensor | None, index: Tensor) -> Tensor:
-        return F.log_softmax(logits / _pick(self.raw_temperature, runs).clamp(min=1e-3), -1)
+        return F.log_softmax(logits / positive_temperature(_pick(self.raw_temperature, runs)), -1)  # TS's clamp
 
     def write_back(self) -> None:
         for r, calibrator in enumerate(self.calibrators):

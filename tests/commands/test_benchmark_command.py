@@ -1,5 +1,5 @@
-"""``simcalib benchmark --batch-runs`` end to end in a subprocess: killed with SIGKILL, the same command loses
-nothing and gives the numbers of an uninterrupted run."""
+"""``simcalib benchmark --batch-runs --batch-calibrators`` end to end in a subprocess: killed with SIGKILL, the
+same command loses nothing and gives the numbers of an uninterrupted run."""
 
 import os
 import signal
@@ -14,7 +14,7 @@ import pytest
 def _command(tmp_path, out: str, cache: str) -> list[str]:
     return [sys.executable, "-m", "simcalib.cli", "benchmark", "--dataset", "Cora", "--backbone", "GCN",
             "--calibrators", "uncal,ts", "--splits", "0,1", "--inits", "2", "--folds", "=0", "--max-epochs", "80",
-            "--threads", "1", "--batch-runs", "--no-progress", "--out", str(tmp_path / out),
+            "--threads", "1", "--batch-runs", "--batch-calibrators", "--no-progress", "--out", str(tmp_path / out),
             "--data-root", str(tmp_path / "data"), "--cache-dir", str(tmp_path / cache)]
 
 
