@@ -30,6 +30,14 @@ import warnings
 STACKED = ["TS", "VS", "ETS", "CaGCN", "GATS"]
 
 
+def ece_on_test_nodes(fitted, labels) -> float:
+    """Test ECE (points) of a fitted calibrator (``simcalib.protocol.FittedCalibrator``)."""
+    from simcalib.metrics import compute_metrics
+
+    probs = fitted.model.predict_proba(fitted.graph).cpu()[fitted.test_idx]
+    return compute_metrics(probs, labels[fitted.test_idx])["ece"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--benchmarks", nargs="+", default=["Cora:GCN", "Cora:GAT"], metavar="DATASET:BACKBONE")
@@ -40,7 +48,6 @@ def main() -> None:
 
     import torch
 
-    from simcalib.metrics import compute_metrics
     from simcalib.protocol import (
         ProtocolSettings,
         fit_calibrator,
@@ -72,11 +79,7 @@ def main() -> None:
             together = fit_calibrator_across_runs(runs, settings, name, None, outputs)
             together_seconds = time.perf_counter() - start
 
-            def test_ece(fitted) -> float:
-                probs = fitted.model.predict_proba(fitted.graph).cpu()[fitted.test_idx]
-                return compute_metrics(probs, labels[fitted.test_idx])["ece"]
-
-            differences = [abs(test_ece(a) - test_ece(b)) for a, b in zip(alone, together)]
+            differences = [abs(ece_on_test_nodes(a, labels) - ece_on_test_nodes(b, labels)) for a, b in zip(alone, together)]
             other_epoch = sum(a.model.fit_info.get("best_epoch") != b.model.fit_info.get("best_epoch")
                               for a, b in zip(alone, together))
             load = " ".join(f"{v:.1f}" for v in os.getloadavg())
