@@ -39,7 +39,7 @@ from simcalib.calibrators import (
     build_calibrator,
     canonical_calibrator,
 )
-from simcalib.calibrators.across_runs import STACKABLE, fit_across_runs, generator_after_build
+from simcalib.calibrators.across_runs import fit_across_runs, generator_after_build, stackable
 from simcalib.data import GraphData, get_spec, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
@@ -249,7 +249,7 @@ def _built_calibrator(run: Run, settings: ProtocolSettings, name: str, options: 
 def fits_across_runs(calibrator: str) -> bool:
     """Whether ``calibrator`` (a registered name) can be fitted on the runs of a split together
     (:mod:`simcalib.calibrators.across_runs`)."""
-    return CALIBRATORS[canonical_calibrator(calibrator)].cls in STACKABLE
+    return stackable(CALIBRATORS[canonical_calibrator(calibrator)].cls)
 
 
 def fit_calibrator_across_runs(runs: Sequence[Run], settings: ProtocolSettings, calibrator: str,

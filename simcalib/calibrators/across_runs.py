@@ -2,7 +2,7 @@ r"""One calibrator fitted on several runs of one graph at once (issue 11): the r
 graph, and a small calibrator's epoch costs less than the Python and kernel-launch overhead of running it.
 
 A *run stack* holds R copies of one calibrator, one per run, as parameters with a leading run dimension
-(TS: T [R, 1, 1]; VS: w [R, 1, K]; CaGCN: W_1 [R, K, 16], ...). Each epoch computes every live run's loss
+(TS: T [R, 1, 1]; VS: w [R, K]; CaGCN: W_1 [R, K, 16], ...). Each epoch computes every live run's loss
 in one set of batched kernels; :func:`~simcalib.calibrators.training.fit_nll_grid` then applies the
 protocol's training rule to each run as a unit of its own (its own Adam state, early stopping and kept
 parameters: the loss terms share no parameter and Adam is element-wise), so a run's fit is the fit it gets
@@ -96,10 +96,13 @@ def _pick(tensor: Tensor, runs: Tensor | None) -> Tensor:
 class RunStack(nn.Module):
     """Base: R calibrators of one class as one module with a leading run dimension.
 
-    Subclasses define ``transform`` (log-probabilities of some nodes of some runs) and ``write_back`` (copy
-    each run's parameters into its calibrator). The interface is the one :func:`fit_nll_grid` trains: one
-    unit per run, one branch.
+    Subclasses list the calibrators' parameters they stack (``PARAMETERS``: this module's name -> the
+    calibrator's dotted parameter path; each becomes [R, *shape]) and define ``transform`` (log-probabilities
+    of some nodes of some runs). The interface is the one :func:`fit_nll_grid` trains: one unit per run, one
+    branch.
     """
+
+    PARAMETERS: dict[str, str] = {}
 
     def __init__(self, calibrators: Sequence[Calibrator], graph: RunStackGraph):
         super().__init__()
@@ -112,6 +115,9 @@ class RunStack(nn.Module):
             if len(values) > 1:
                 raise ConfigError(f"{first.name}: calibrators fitted together need one {attribute}, got {sorted(values)}")
             setattr(self, attribute, values.pop())
+        for name, path in self.PARAMETERS.items():  # each run's initial values, trainable as in its calibrator
+            sources = [c.get_parameter(path) for c in calibrators]
+            setattr(self, name, nn.Parameter(torch.stack([p.detach() for p in sources]), sources[0].requires_grad))
 
     def parameter_groups(self) -> list[dict]:
         return [{"params": [p for p in self.parameters() if p.requires_grad], "weight_decay": self.weight_decay}]
@@ -136,8 +142,11 @@ class RunStack(nn.Module):
         """Log-probabilities [p, n, K] of the nodes ``index`` [p, n], whose logits are ``logits`` [p, n, K]."""
         raise NotImplementedError
 
-    def write_back(self) -> None:  # pragma: no cover - each stack defines it
-        raise NotImplementedError
+    def write_back(self) -> None:
+        """Copy each run's parameters into its calibrator."""
+        for r, calibrator in enumerate(self.calibrators):
+            for name, path in self.PARAMETERS.items():
+                calibrator.get_parameter(path).copy_(getattr(self, name)[r])
 
     def fit(self) -> list[dict]:
         """Train every run under the protocol's rule; write the kept parameters back; each run's fit_info."""
@@ -150,54 +159,47 @@ class RunStack(nn.Module):
         return infos
 
 
+class TemperatureStack(RunStack):
+    """A stack of node-wise temperature calibrators (softmax(z_i / T_i)): subclasses define ``temperature``."""
+
+    def temperature(self, runs: Tensor | None) -> Tensor:  # pragma: no cover - each stack defines it
+        """Every node's temperature, [p, N, 1], for the runs ``runs``."""
+        raise NotImplementedError
+
+    def transform(self, logits: Tensor, runs: Tensor | None, index: Tensor) -> Tensor:
+        return F.log_softmax(logits / self.temperature(runs).gather(1, index.unsqueeze(-1)), -1)
+
+
 class StackedTS(RunStack):
     """TS of R runs: T [R, 1, 1]."""
 
-    def __init__(self, calibrators: Sequence[TS], graph: RunStackGraph):
-        super().__init__(calibrators, graph)
-        self.raw_temperature = nn.Parameter(torch.stack([c.raw_temperature.detach() for c in calibrators]))  # [R,1,1]
+    PARAMETERS = {"raw_temperature": "raw_temperature"}
 
     def transform(self, logits: Tensor, runs: Tensor | None, index: Tensor) -> Tensor:
         return F.log_softmax(logits / positive_temperature(_pick(self.raw_temperature, runs)), -1)  # TS's clamp
 
-    def write_back(self) -> None:
-        for r, calibrator in enumerate(self.calibrators):
-            calibrator.raw_temperature.copy_(self.raw_temperature[r])
-
 
 class StackedVS(RunStack):
-    """VS of R runs: scale and bias [R, 1, K]."""
+    """VS of R runs: scale and bias [R, K]."""
 
-    def __init__(self, calibrators: Sequence[VS], graph: RunStackGraph):
-        super().__init__(calibrators, graph)
-        self.scale = nn.Parameter(torch.stack([c.scale.detach() for c in calibrators]).unsqueeze(1))  # [R, 1, K]
-        self.bias = nn.Parameter(torch.stack([c.bias.detach() for c in calibrators]).unsqueeze(1),
-                                 requires_grad=calibrators[0].bias.requires_grad)
+    PARAMETERS = {"scale": "scale", "bias": "bias"}
 
     def transform(self, logits: Tensor, runs: Tensor | None, index: Tensor) -> Tensor:
-        return F.log_softmax(logits * _pick(self.scale, runs) + _pick(self.bias, runs), -1)
-
-    def write_back(self) -> None:
-        for r, calibrator in enumerate(self.calibrators):
-            calibrator.scale.copy_(self.scale[r, 0])
-            calibrator.bias.copy_(self.bias[r, 0])
+        return F.log_softmax(logits * _pick(self.scale, runs).unsqueeze(1) + _pick(self.bias, runs).unsqueeze(1), -1)
 
 
-class StackedCaGCN(RunStack):
+class StackedCaGCN(TemperatureStack):
     r"""CaGCN of R runs: :math:`\hat A z_r` for every run from one sparse product, the two GCN layers as
     batched matrix products ([R, K, 16], [R, 16, 1]) and the second propagation of all runs' outputs side by
     side (:math:`\hat A [o_1 \dots o_R]`, one sparse product)."""
 
+    PARAMETERS = {"weight1": "gcn.weight1", "bias1": "gcn.bias1", "weight2": "gcn.weight2", "bias2": "gcn.bias2"}
+
     def __init__(self, calibrators: Sequence[CaGCN], graph: RunStackGraph, generators: Sequence[torch.Generator]):
         super().__init__(calibrators, graph)
-        gcns = [c.gcn for c in calibrators]
-        self.dropout = gcns[0].dropout
-        if {g.dropout for g in gcns} != {self.dropout}:
+        self.dropout = calibrators[0].gcn.dropout
+        if {c.gcn.dropout for c in calibrators} != {self.dropout}:
             raise ConfigError("CaGCN: calibrators fitted together need one dropout")
-        self.weight1 = nn.Parameter(torch.stack([g.weight1.detach() for g in gcns]))  # [R, K, H]
-        self.bias1 = nn.Parameter(torch.stack([g.bias1.detach() for g in gcns]).unsqueeze(1))  # [R, 1, H]
-        self.weight2 = nn.Parameter(torch.stack([g.weight2.detach() for g in gcns]))  # [R, H, 1]
-        self.bias2 = nn.Parameter(torch.stack([g.bias2.detach() for g in gcns]).unsqueeze(1))  # [R, 1, 1]
         self.generators = list(generators)
         runs, nodes, classes = graph.logits.shape
         propagated, self.adj = TwoLayerGCN.propagate_inputs(graph.logits.permute(1, 0, 2).reshape(nodes, runs * classes),
@@ -215,30 +217,21 @@ class StackedCaGCN(RunStack):
         return hidden * (torch.stack(masks) / keep)
 
     def temperature(self, runs: Tensor | None) -> Tensor:
-        """Every node's temperature, [p, N, 1], for the runs ``runs`` (the whole graph: dropout draws a
-        mask for every node, as a lone fit does, so the stream stays the lone fit's)."""
-        hidden = F.relu(torch.bmm(_pick(self.propagated, runs), _pick(self.weight1, runs)) + _pick(self.bias1, runs))
-        hidden = self._dropout(hidden, runs)  # [p, N, H]
+        """Every node's temperature, [p, N, 1] (the whole graph: dropout draws a mask for every node, as a lone
+        fit does, so the stream stays the lone fit's)."""
+        hidden = torch.bmm(_pick(self.propagated, runs), _pick(self.weight1, runs))  # [p, N, H]
+        hidden = self._dropout(F.relu(hidden + _pick(self.bias1, runs).unsqueeze(1)), runs)
         out = torch.bmm(hidden, _pick(self.weight2, runs)).squeeze(-1)  # [p, N]
-        out = self.adj.matmul(out.t().contiguous()).t().unsqueeze(-1) + _pick(self.bias2, runs)  # [p, N, 1]
-        return positive_temperature(1.0 / F.softplus(out).clamp(min=1e-6))
-
-    def transform(self, logits: Tensor, runs: Tensor | None, index: Tensor) -> Tensor:
-        return F.log_softmax(logits / self.temperature(runs).gather(1, index.unsqueeze(-1)), -1)
-
-    def write_back(self) -> None:
-        for r, calibrator in enumerate(self.calibrators):
-            gcn = calibrator.gcn
-            gcn.weight1.copy_(self.weight1[r])
-            gcn.bias1.copy_(self.bias1[r, 0])
-            gcn.weight2.copy_(self.weight2[r])
-            gcn.bias2.copy_(self.bias2[r, 0])
+        out = self.adj.matmul(out.t().contiguous()).t() + _pick(self.bias2, runs)  # [p, N]
+        return positive_temperature(1.0 / F.softplus(out.unsqueeze(-1)).clamp(min=1e-6))
 
 
-class StackedGATS(RunStack):
+class StackedGATS(TemperatureStack):
     r"""GATS of R runs: per run its own inputs (the scalings a_j depend on the run's training folds) and
     parameters (w [R, K, H]; a, :math:`\gamma`, b [R, 1]); the runs' attention computed on R disjoint copies
     of the graph (:meth:`block_edges`), so one edge softmax and one sparse product serve all of them."""
+
+    PARAMETERS = {name: name for name in ("head_weights", "train_scale", "near_scale", "confidence_coef", "bias")}
 
     def __init__(self, calibrators: Sequence[GATS], graphs: Sequence[CalibrationGraph], graph: RunStackGraph):
         super().__init__(calibrators, graph)
@@ -253,9 +246,6 @@ class StackedGATS(RunStack):
         self.at_train = torch.stack([i.at_train for i in inputs])  # [R, N]
         self.next_to_train = torch.stack([i.next_to_train for i in inputs])  # [R, N]
         self.confidence_gap = torch.stack([i.confidence_gap for i in inputs])  # [R, N, 1]
-        self.head_weights = nn.Parameter(torch.stack([c.head_weights.detach() for c in calibrators]))  # [R, K, H]
-        for name in ("train_scale", "near_scale", "confidence_coef", "bias"):  # each [R, 1]
-            setattr(self, name, nn.Parameter(torch.stack([getattr(c, name).detach() for c in calibrators])))
 
     def block_edges(self, runs: int) -> SortedEdges:
         """The edges of ``runs`` disjoint copies of the graph (copy b's nodes are b N .. b N + N - 1): one
@@ -285,21 +275,14 @@ class StackedGATS(RunStack):
         per_head = F.softplus(attended + confidence)  # [p, N, H]
         return positive_temperature(per_head.mean(dim=2, keepdim=True) + _pick(self.bias, runs).unsqueeze(-1))
 
-    def transform(self, logits: Tensor, runs: Tensor | None, index: Tensor) -> Tensor:
-        return F.log_softmax(logits / self.temperature(runs).gather(1, index.unsqueeze(-1)), -1)
-
-    def write_back(self) -> None:
-        for r, calibrator in enumerate(self.calibrators):
-            for name in ("head_weights", "train_scale", "near_scale", "confidence_coef", "bias"):
-                getattr(calibrator, name).copy_(getattr(self, name)[r])
-
 
 STACKABLE = (TS, VS, ETS, CaGCN, GATS)
 
 
-def stackable(calibrator: Calibrator) -> bool:
-    """Whether ``calibrator`` has a fit across runs here (exact class: a subclass may change the model)."""
-    return type(calibrator) in STACKABLE
+def stackable(kind: type[Calibrator]) -> bool:
+    """Whether calibrators of class ``kind`` have a fit across runs here (the exact class: a subclass may
+    change the model)."""
+    return kind in STACKABLE
 
 
 def generator_after_build(device: torch.device) -> torch.Generator:
@@ -323,7 +306,7 @@ def fit_across_runs(calibrators: Sequence[Calibrator], graphs: Sequence[Calibrat
     if len(calibrators) != len(graphs):
         raise ConfigError(f"{len(calibrators)} calibrators for {len(graphs)} graphs")
     kind = type(calibrators[0])
-    if not stackable(calibrators[0]) or any(type(c) is not kind for c in calibrators):
+    if not stackable(kind) or any(type(c) is not kind for c in calibrators):
         raise ConfigError(f"no fit across runs for {sorted({c.name for c in calibrators})}; "
                           f"those fitted together: {', '.join(k.name for k in STACKABLE)}")
     for calibrator, graph in zip(calibrators, graphs):

@@ -74,7 +74,7 @@ def test_the_runs_stop_at_their_own_epochs_and_a_run_does_not_depend_on_its_comp
 def test_what_cannot_be_fitted_together_is_refused_in_words():
     graphs = runs_of_one_graph(2)
     models, generators = built("SimCalib", graphs, [1, 2])
-    assert not stackable(models[0])
+    assert not stackable(type(models[0]))
     with pytest.raises(ConfigError, match="no fit across runs for .*SimCalib"):
         fit_across_runs(models, graphs, generators)
     mixed, _ = built("TS", graphs, [1, 2])
