@@ -12,7 +12,7 @@ from simcalib.report.figures import EFFICIENCY_METHODS
 STUDY_DIR = Path(__file__).resolve().parents[2] / "study"
 
 
-@pytest.mark.parametrize("name, datasets", [("data_efficiency", ["Cora", "Photo"]),
+@pytest.mark.parametrize("name, datasets", [("data_efficiency", ["Cora", "CS"]),
                                             ("data_efficiency_corafull", ["CoraFull"])])
 def test_data_efficiency_studies_sweep_one_to_fifteen_percent_for_the_papers_calibrators(name, datasets):
     study_module = pytest.importorskip("simcalib.study")
