@@ -92,6 +92,15 @@ def calibrate_key(run: Run, settings: ProtocolSettings, calibrator: str, options
     return f"calibrate-{run.tag()}-{calibrator}-{_digest(identity)}"
 
 
+def calibrate_across_runs_key(runs: list[Run], settings: ProtocolSettings, calibrator: str, options: dict | None) -> str:
+    """Key of one calibrator fitted on several runs together: every run's own key, and the fit path, whose
+    rounding differs from the per-run fit's (so the two never share a cached result)."""
+    identity = {"task": "calibrate-across-runs", "v": KEY_VERSION,
+                "runs": [calibrate_key(run, settings, calibrator, options) for run in runs]}
+    first = runs[0]
+    return f"calibrate-runs-{first.dataset}-{first.backbone}-s{first.split}-{len(runs)}runs-{calibrator}-{_digest(identity)}"
+
+
 def pretrain_cache_key_fn(context, parameters: dict) -> str:
     """Prefect ``cache_key_fn`` of the pretrain task."""
     return pretrain_key(parameters["run"], parameters["settings"])
@@ -102,7 +111,13 @@ def calibrate_cache_key_fn(context, parameters: dict) -> str:
     return calibrate_key(parameters["run"], parameters["settings"], parameters["calibrator"], parameters["options"])
 
 
+def calibrate_across_runs_cache_key_fn(context, parameters: dict) -> str:
+    """Prefect ``cache_key_fn`` of the calibrate-across-runs task."""
+    return calibrate_across_runs_key(parameters["runs"], parameters["settings"], parameters["calibrator"],
+                                     parameters["options"])
+
+
 __all__ = [
-    "calibrate_cache_key_fn", "calibrate_key", "library_fingerprint", "pretrain_cache_key_fn", "pretrain_key",
+    "calibrate_across_runs_cache_key_fn", "calibrate_across_runs_key", "calibrate_cache_key_fn", "calibrate_key", "library_fingerprint", "pretrain_cache_key_fn", "pretrain_key",
     "run_identity",
 ]

@@ -6,6 +6,8 @@ Shape of one study (``simcalib study run study/quick.yaml``, or a deployment in 
       run-study (subflow on the study's task runner: threads, processes or Dask)
         pretrain         per run                  train the run's backbone (or find it in the disk cache)
         calibrate        per run x calibrator     fit, evaluate on the test nodes -> one results row
+        calibrate-runs   per split x calibrator   with runs.batch_calibrators, for TS, VS, ETS, CaGCN, GATS:
+                                                  fitted on the split's runs together -> one row per run
         aggregate        per benchmark            <output>/<Dataset>_<Backbone>/results.csv and summary.csv
         (MLflow)         per benchmark            parent run + nested run per calibrator (flow process)
       report             flows.report.report_flow when that module exists
@@ -28,7 +30,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 
-from flows.caching import calibrate_cache_key_fn, pretrain_cache_key_fn
+from flows.caching import calibrate_across_runs_cache_key_fn, calibrate_cache_key_fn, pretrain_cache_key_fn
 from flows.runners import make_task_runner, shared_api_server
 from simcalib.errors import SimCalibError
 from simcalib.protocol import (
@@ -37,6 +39,8 @@ from simcalib.protocol import (
     append_rows,
     backbone_config,
     evaluate_calibrator,
+    fit_calibrator_across_runs,
+    fits_across_runs,
     summarize,
     train_run_backbone,
     train_split_backbones,
@@ -97,6 +101,18 @@ def calibrate_and_evaluate(run: Run, settings: ProtocolSettings, calibrator: str
         return evaluate_calibrator(run, settings, calibrator, options, predictions_dir=predictions_dir)
 
 
+def calibrate_and_evaluate_across_runs(runs: list[Run], settings: ProtocolSettings, calibrator: str, options: dict,
+                                       predictions_dir: str | None = None, torch_threads: int | None = None) -> list[dict]:
+    """Fit ``calibrator`` on the (cached) backbones of ``runs`` (one split of one benchmark) together; returns
+    each run's results row, in the order of ``runs`` (each the row of a lone fit to float rounding)."""
+    with _COMPUTE_LOCK:
+        _set_torch_threads(torch_threads)
+        outputs = [train_run_backbone(run, settings) for run in runs]
+        fitted = fit_calibrator_across_runs(runs, settings, calibrator, options, outputs)
+        return [evaluate_calibrator(run, settings, calibrator, options, output, predictions_dir, model)
+                for run, output, model in zip(runs, outputs, fitted)]
+
+
 def write_benchmark_results(dataset: str, backbone: str, rows: list[dict], out_dir: str) -> dict:
     """Write one benchmark's ``results.csv`` (rows in the given order) and ``summary.csv``."""
     out = Path(out_dir)
@@ -120,6 +136,8 @@ pretrain = task(pretrain_backbone, name="pretrain", task_run_name=f"pretrain-{_R
 pretrain_batch = task(pretrain_split, name="pretrain-split", cache_policy=NO_CACHE, persist_result=False)
 calibrate = task(calibrate_and_evaluate, name="calibrate", task_run_name=f"calibrate-{{calibrator}}-{_RUN}",
                  cache_key_fn=calibrate_cache_key_fn, persist_result=True, result_serializer="json")
+calibrate_runs = task(calibrate_and_evaluate_across_runs, name="calibrate-runs",
+                      cache_key_fn=calibrate_across_runs_cache_key_fn, persist_result=True, result_serializer="json")
 aggregate = task(write_benchmark_results, name="aggregate", task_run_name="aggregate-{dataset}-{backbone}",
                  cache_policy=NO_CACHE, persist_result=False)
 
@@ -172,27 +190,38 @@ def run_study(study_file: str, overrides: dict | None = None) -> dict:
     storage = (study.output / TASK_RESULTS).resolve()  # a Path: Prefect stores results there as local files
     pretrain_task = pretrain.with_options(result_storage=storage)
     calibrate_task = calibrate.with_options(result_storage=storage)
+    calibrate_runs_task = calibrate_runs.with_options(result_storage=storage)
     threads = spec.task_runner.torch_threads
 
-    n_tasks = sum(len(p.runs) * (1 + len(p.calibrators)) for p in plans)
-    logger.info("study %s: %d benchmarks x %d runs, %d calibrators -> %d tasks on %s (%d workers); output %s",
-                study.name, len(plans), study.runs_per_benchmark(), len(study.calibrators), n_tasks,
-                spec.task_runner.kind, spec.task_runner.workers, study.output)
-
     pretrains: dict = {}  # future -> (plan, run)
-    calibrations: dict = {}  # future -> (plan, run, calibrator)
+    calibrations: dict = {}  # future -> (plan, [runs], calibrator): one run, or a split's runs fitted together
     for plan in plans:
         predictions = str(plan.out_dir / "predictions") if spec.save_predictions else None
         split_futures = _submit_split_batches(plan, threads, spec.runs.models_per_batch)
+        together = {name for name, _ in plan.calibrators if spec.runs.batch_calibrators and fits_across_runs(name)}
+        backbones: dict[int, list] = {}  # split -> its runs' pretrain futures
         for run in plan.runs:
             backbone = pretrain_task.submit(run, plan.settings, threads,
                                             wait_for=[split_futures[run.split]] if split_futures else None)
             pretrains[backbone] = (plan, run)
+            backbones.setdefault(run.split, []).append(backbone)
             for name, options in plan.calibrators:
-                future = calibrate_task.submit(run, plan.settings, name, options, predictions, threads,
-                                               wait_for=[backbone])
-                calibrations[future] = (plan, run, name)
+                if name not in together:
+                    future = calibrate_task.submit(run, plan.settings, name, options, predictions, threads,
+                                                   wait_for=[backbone])
+                    calibrations[future] = (plan, [run], name)
+        for split, futures in backbones.items():
+            runs = [pretrains[f][1] for f in futures]
+            for name, options in plan.calibrators:
+                if name in together:
+                    future = calibrate_runs_task.with_options(
+                        task_run_name=f"calibrate-runs-{name}-{plan.name}-s{split}").submit(
+                        runs, plan.settings, name, options, predictions, threads, wait_for=futures)
+                    calibrations[future] = (plan, runs, name)
 
+    logger.info("study %s: %d benchmarks x %d runs, %d calibrators -> %d tasks on %s (%d workers); output %s",
+                study.name, len(plans), study.runs_per_benchmark(), len(study.calibrators),
+                len(pretrains) + len(calibrations), spec.task_runner.kind, spec.task_runner.workers, study.output)
     tracker = _tracker(study, logger)
     pre_tally, cal_tally = _Tally(), _Tally()
     backbone_stats: dict[str, list[dict]] = {p.name: [] for p in plans}
@@ -208,17 +237,19 @@ def run_study(study_file: str, overrides: dict | None = None) -> dict:
             if pre_tally.add(future, f"pretrain {run.tag()}"):
                 backbone_stats[plan.name].append(future.result())
             continue
-        plan, run, name = calibrations[future]
+        plan, runs, name = calibrations[future]
         done += 1
-        if cal_tally.add(future, f"calibrate {run.tag()} {name}"):
-            row = future.result()
-            order = (run.split, run.init, run.fold, [c for c, _ in plan.calibrators].index(name))
-            rows[plan.name].append((order, row))
-            logger.info("[%d/%d] %s s%d i%d f%d %-10s ECE %6.2f%%  (%s)", done, len(calibrations), plan.name,
-                        run.split, run.init, run.fold, name, row["ece"], future.state.name.lower())
+        what = f"calibrate {runs[0].tag()}{f' and {len(runs) - 1} more runs' if len(runs) > 1 else ''} {name}"
+        if cal_tally.add(future, what):
+            result = future.result()
+            for run, row in zip(runs, result if isinstance(result, list) else [result]):
+                order = (run.split, run.init, run.fold, [c for c, _ in plan.calibrators].index(name))
+                rows[plan.name].append((order, row))
+                logger.info("[%d/%d] %s s%d i%d f%d %-10s ECE %6.2f%%  (%s)", done, len(calibrations), plan.name,
+                            run.split, run.init, run.fold, name, row["ece"], future.state.name.lower())
         else:
             logger.error("[%d/%d] %s", done, len(calibrations), cal_tally.failed[-1])
-        remaining[plan.name] -= 1
+        remaining[plan.name] -= len(runs)
         if remaining[plan.name] == 0 and rows[plan.name]:
             ordered = [row for _, row in sorted(rows[plan.name], key=lambda item: item[0])]
             benchmarks.append(_finish_benchmark(study, plan, ordered, backbone_stats[plan.name], tracker, logger))
@@ -318,5 +349,5 @@ def _report(study: Study, logger) -> str | None:
 
 
 __all__ = [
-    "StudyIncompleteError", "aggregate", "calibrate", "pretrain", "run_study", "study_flow",
+    "StudyIncompleteError", "aggregate", "calibrate", "calibrate_runs", "pretrain", "run_study", "study_flow",
 ]

@@ -11,6 +11,8 @@ A study is the GATS protocol over a set of benchmarks (datasets x backbones) and
                                      # generated_splits: false (true: splits beyond the fixed files are drawn)
                                      # batch_runs: false (true: a split's backbones trained as one batched
                                      # model, reports/performance/), models_per_batch: null (all of a split)
+                                     # batch_calibrators: false (true: TS, VS, ETS, CaGCN and GATS fitted on
+                                     # a split's runs together, simcalib.calibrators.across_runs)
     backbone: {}                     # BackboneConfig overrides, e.g. {max_epochs: 200}
     data: {mirror: null, root: null, splits_dir: null, cache_dir: null}   # null: environment / defaults
     output: results/quick            # per benchmark: <output>/<Dataset>_<Backbone>/results.csv
@@ -69,6 +71,7 @@ class RunsSpec(_Strict):
     generated_splits: bool = False  # allow splits beyond the fixed split files (drawn from the study seed)
     batch_runs: bool = False  # train a split's backbones as one batched model (another stream, cached apart)
     models_per_batch: int | None = Field(default=None, ge=1)  # with batch_runs: at most this many per batch
+    batch_calibrators: bool = False  # fit the stackable calibrators on a split's runs together (cached apart)
 
 
 class DataSpec(_Strict):

@@ -92,6 +92,27 @@ def test_benchmark_takes_calibrators_options_and_seed_from_a_study_file(tmp_path
     assert (frame["seed"] == run_seed(3, "Cora", "GCN", 0, 0, 0)).all()  # its seed, not the default 10
 
 
+def test_benchmark_takes_the_batch_keys_from_a_study_file_and_the_command_line_wins(tmp_path, mirror_dir, splits_dir):
+    study = tmp_path / "pass.yaml"
+    study.write_text("name: pass\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\ncalibrators: [TS]\n"
+                     "runs: {batch_calibrators: true}\n")
+
+    def ts_fit_seconds(*flags: str) -> list[float]:
+        out = tmp_path / f"out{len(flags)}"
+        result = simcalib("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--study", str(study), *flags,
+                          "--splits", "=0", "--inits", "=0", "--folds", "0,1", "--max-epochs", "10", "--threads", "1",
+                          "--no-progress", "--out", str(out), "--data-root", str(tmp_path / "data"),
+                          "--cache-dir", str(tmp_path / "cache"),
+                          env={"SIMCALIB_DATA_MIRROR": str(mirror_dir), "SIMCALIB_SPLITS_DIR": str(splits_dir)})
+        assert result.returncode == 0, result.stderr
+        return pd.read_csv(out / "results.csv")["fit_seconds"].tolist()
+
+    together = ts_fit_seconds()
+    assert len(together) == 2 and together[0] == together[1]  # one fit of both runs, its time shared out
+    one_by_one = ts_fit_seconds("--no-batch-calibrators")
+    assert one_by_one[0] != one_by_one[1]  # two fits, timed apart
+
+
 def test_benchmark_with_a_malformed_study_file_is_a_one_line_error(tmp_path):
     study = tmp_path / "bad.yaml"
     study.write_text("name: bad\nseed: 3\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\ncalibrators: {Platt: {}}\n")

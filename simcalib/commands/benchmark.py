@@ -29,9 +29,9 @@ def register(sub) -> None:
                        help=f"comma list among: {', '.join(calibrator_names(include_tuned=True))} (default: those of "
                             "--study, else uncal,ts,vs,ets)")
     bench.add_argument("--study", default=None, metavar="STUDY_FILE",
-                       help="take the calibrators, their options (e.g. the grid criterion pinned in study/offline.yaml) "
-                            "and the seed from this study file, so a pass run here computes the same rows as the study; "
-                            "--calibrators and --seed still win")
+                       help="take the calibrators, their options (e.g. the grid criterion pinned in study/offline.yaml), "
+                            "the seed and the runs' batch keys from this study file, so a pass run here computes the same "
+                            "rows as the study; the command line's options still win")
     bench.add_argument("--splits", type=count_or_list, default=list(range(5)), help="number of splits (5) or a list like 0,3")
     bench.add_argument("--inits", type=count_or_list, default=list(range(5)), help="number of backbone inits (5) or a list")
     bench.add_argument("--folds", type=count_or_list, default=list(range(3)), help="number of folds (3) or a list")
@@ -49,14 +49,15 @@ def register(sub) -> None:
     bench.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     bench.add_argument("--workers", type=int, default=1,
                        help="runs in parallel, each in its own process with one torch thread (e.g. 2 on 2 cores)")
-    bench.add_argument("--batch-runs", action=argparse.BooleanOptionalAction, default=False,
+    bench.add_argument("--batch-runs", action=argparse.BooleanOptionalAction, default=None,
                        help="train the backbones of a split's runs together as one batched model (another random "
-                            "stream than one run at a time, cached separately; default: --no-batch-runs, which "
-                            "was faster on 2 CPU cores, see reports/performance/)")
-    bench.add_argument("--batch-calibrators", action=argparse.BooleanOptionalAction, default=False,
+                            "stream than one run at a time, cached separately; default: the --study file's "
+                            "runs.batch_runs, else --no-batch-runs, which was faster on 2 CPU cores, see reports/performance/)")
+    bench.add_argument("--batch-calibrators", action=argparse.BooleanOptionalAction, default=None,
                        help="fit TS, VS, ETS, CaGCN and GATS on the runs of a split together (the same models to float "
                             "rounding, several times faster on small graphs; a split's rows arrive once its backbones "
-                            "are all trained). Default: --no-batch-calibrators, one run at a time")
+                            "are all trained). Default: the --study file's runs.batch_calibrators, else "
+                            "--no-batch-calibrators, one run at a time")
     bench.add_argument("--models-per-batch", type=int, default=None,
                        help="with --batch-runs: at most this many models in one batch (default: all runs of a split)")
     bench.add_argument("--resume-from", default=None, metavar="RESULTS_CSV",
@@ -93,6 +94,11 @@ def run(args: argparse.Namespace) -> int:
     study_options = study.benchmark_options(dataset, backbone) if study else None  # tuned ones resolved here
     if args.seed is None:
         args.seed = study.spec.seed if study else 10
+    for flag in ("batch_runs", "batch_calibrators"):  # the command line wins over the study file
+        if getattr(args, flag) is None:
+            setattr(args, flag, bool(study and getattr(study.spec.runs, flag)))
+    if args.models_per_batch is None and study:
+        args.models_per_batch = study.spec.runs.models_per_batch
     names = args.calibrators if args.calibrators is not None else (
         list(study_options) if study_options is not None else ["uncal", "ts", "vs", "ets"])
     calibrators = [canonical_calibrator(c) for c in names]  # validate names before any work

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from flows.caching import calibrate_key, library_fingerprint, pretrain_key
+from flows.caching import calibrate_across_runs_key, calibrate_key, library_fingerprint, pretrain_key
 from simcalib.protocol import ProtocolSettings, Run
 
 RUN = Run("Cora", "GCN", 0, 1, 2)
@@ -26,6 +26,16 @@ def test_what_changes_numbers_changes_the_key():
     assert calibrate_key(Run("Cora", "GCN", 0, 1, 1), SETTINGS, "TS", {"lr": 0.01}) != base
     for change in ({"study_seed": 11}, {"fold_rate": 0.02}, {"backbone_overrides": (("max_epochs", 30),)}):
         assert calibrate_key(RUN, dataclasses.replace(SETTINGS, **change), "TS", {"lr": 0.01}) != base
+
+
+def test_a_fit_across_runs_has_its_own_key_naming_every_run():
+    runs = [Run("Cora", "GCN", 0, 1, fold) for fold in range(3)]
+    key = calibrate_across_runs_key(runs, SETTINGS, "TS", {})
+    assert key.startswith("calibrate-runs-Cora-GCN-s0-3runs-TS-")
+    assert key not in {calibrate_key(run, SETTINGS, "TS", {}) for run in runs}  # other rounding: never shared
+    assert calibrate_across_runs_key(runs[:2], SETTINGS, "TS", {}) != key
+    assert calibrate_across_runs_key(runs, SETTINGS, "TS", {"lr": 0.02}) != key
+    assert calibrate_across_runs_key(runs, dataclasses.replace(SETTINGS, study_seed=11), "TS", {}) != key
 
 
 def test_locations_do_not_change_the_key(tmp_path):

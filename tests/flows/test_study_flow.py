@@ -189,3 +189,29 @@ def test_a_batch_runs_study_gives_the_numbers_of_the_batched_benchmark_and_not_t
         numbers(run_benchmark(BenchmarkRequest("Cora", "GCN", ["UnCal", "TS"], splits=[0], inits=[0, 1], folds=[0, 1]),
                               dataclasses.replace(settings, batch_runs=False), tmp_path / "per_run"
                               ).sort_values(key))["ece"])
+
+
+def test_a_batch_calibrators_study_fits_a_splits_runs_together_gives_the_per_run_numbers_and_caches(reference, study_env):
+    import torch
+
+    from flows.study import study_flow
+
+    path = study_env.write("stacked", runs={"splits": 1, "inits": 1, "folds": 3, "batch_calibrators": True})
+    threads = torch.get_num_threads()
+    try:
+        result = study_flow(str(path))
+        again = study_flow(str(path))
+    finally:
+        torch.set_num_threads(threads)
+    # UnCal per run (3 tasks); TS, VS and ETS each once for the split's 3 runs
+    assert result["tasks"]["calibrate"] == {"computed": 6, "cached": 0, "failed": 0}
+    assert again["tasks"]["calibrate"] == {"computed": 0, "cached": 6, "failed": 0}
+    rows = numbers(pd.read_csv(result["benchmarks"][0]["results"]))
+    per_run = numbers(reference.results)  # the same runs, one calibrator fit per task, same backbone cache
+    key = ["calibrator", "split", "init", "fold"]
+    pd.testing.assert_frame_equal(rows[key], per_run[key])  # every row, in the per-run order
+    pd.testing.assert_frame_equal(rows[rows["calibrator"] == "UnCal"], per_run[per_run["calibrator"] == "UnCal"])
+    assert rows["accuracy"].tolist() == pytest.approx(per_run["accuracy"].tolist(), abs=1e-9)
+    # a run's model is its lone fit to float rounding
+    assert rows["ece"].tolist() == pytest.approx(per_run["ece"].tolist(), abs=1e-3)
+    assert rows["nll"].tolist() == pytest.approx(per_run["nll"].tolist(), rel=1e-4)
