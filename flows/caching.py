@@ -118,6 +118,6 @@ def calibrate_across_runs_cache_key_fn(context, parameters: dict) -> str:
 
 
 __all__ = [
-    "calibrate_across_runs_cache_key_fn", "calibrate_across_runs_key", "calibrate_cache_key_fn", "calibrate_key", "library_fingerprint", "pretrain_cache_key_fn", "pretrain_key",
-    "run_identity",
+    "calibrate_across_runs_cache_key_fn", "calibrate_across_runs_key", "calibrate_cache_key_fn", "calibrate_key",
+    "library_fingerprint", "pretrain_cache_key_fn", "pretrain_key", "run_identity",
 ]
