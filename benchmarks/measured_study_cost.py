@@ -110,8 +110,8 @@ def main() -> int:
     header = (f"{'benchmark':<15} {'runs':>4} {'backbones':>9} {'s/epoch':>8} {'epochs':>7} {'backbone s':>10} "
               f"{'calib s':>8} {'run s':>7}{after_header}  per calibrator: mean fit s")
     print(header)
-    remaining_total, remaining_after, measured_total, unmatched = 0.0, 0.0, 0, False
-    whole_total, whole_after = 0.0, 0.0  # every run of the study, as if none were done
+    measured: list[tuple[int, float, float]] = []  # per benchmark: runs done, run seconds before and after
+    unmatched = False
     for dataset, backbone in study.benchmarks():
         mine = rows[(rows["dataset"] == dataset) & (rows["backbone"] == backbone) & rows["calibrator"].isin(names)]
         # a run is finished when every calibrator of the study has its row
@@ -125,36 +125,37 @@ def main() -> int:
         backbone_s = costs["seconds"].mean()
         calib_s = float(np.nansum(fits.to_numpy()))
         run_s = backbone_s + calib_s
-        remaining_total += max(runs_asked - done, 0) * run_s
-        whole_total += runs_asked * run_s
-        measured_total += 1
-        after = ""
+        run_after, after = run_s, ""
         if ratios:
             scaled = {n: v * ratios[(dataset, backbone, n)] for n, v in fits.items()
                       if np.isfinite(v) and (dataset, backbone, n) in ratios}
             calib_after = calib_s - sum(fits[n] for n in scaled) + sum(scaled.values())
-            remaining_after += max(runs_asked - done, 0) * (backbone_s + calib_after)
-            whole_after += runs_asked * (backbone_s + calib_after)
-            after = f" {calib_after:>13.1f} {backbone_s + calib_after:>11.1f} {len(scaled):>3}/{len(names):<2}"
+            run_after = backbone_s + calib_after
+            after = f" {calib_after:>13.1f} {run_after:>11.1f} {len(scaled):>3}/{len(names):<2}"
+        measured.append((done, run_s, run_after))
         per = " ".join(f"{n}={v:.1f}" for n, v in fits.items() if np.isfinite(v))
-        unmatched |= not costs["matched"].all()
-        backbones = f"{len(costs)}{'' if costs['matched'].all() else '*'}"
+        matched = bool(costs["matched"].all())
+        unmatched |= not matched
+        backbones = f"{len(costs)}{'' if matched else '*'}"
         print(f"{dataset + ' ' + backbone:<15} {done:>4} {backbones:>9} {costs['s_per_epoch'].mean():>8.3f} "
               f"{costs['epochs'].mean():>7.0f} {backbone_s:>10.1f} {calib_s:>8.1f} {run_s:>7.1f}{after}  {per}")
     workers = study.spec.task_runner.workers
+
+    def projected(seconds: float) -> str:
+        return f"{seconds / 3600:.1f} CPU-hours, {seconds / workers / 3600:.1f} h wall on {workers} worker processes"
+
+    after_label = "after (--batch-calibrators, measured calibrators scaled)"
     if unmatched:
         print("\n* no cached backbone matches a digest of the study's rows (other machine): every cached one counts")
-    print(f"\nthe whole of {args.study} ({runs_asked} runs per benchmark) on the {measured_total} benchmarks measured: "
-          f"{whole_total / 3600:.1f} CPU-hours, {whole_total / workers / 3600:.1f} h wall on {workers} worker processes")
+    print(f"\nthe whole of {args.study} ({runs_asked} runs per benchmark) on the {len(measured)} benchmarks measured: "
+          f"{projected(sum(runs_asked * before for _, before, _ in measured))}")
     if ratios:
-        print(f"after (--batch-calibrators, measured calibrators scaled): {whole_after / 3600:.1f} CPU-hours, "
-              f"{whole_after / workers / 3600:.1f} h wall on {workers} worker processes")
-    print(f"remaining runs of {args.study} on the {measured_total} benchmarks measured: "
-          f"{remaining_total / 3600:.1f} CPU-hours, {remaining_total / workers / 3600:.1f} h wall on {workers} "
-          f"worker processes (mean run cost of the finished runs; cores otherwise free)")
+        print(f"{after_label}: {projected(sum(runs_asked * after for _, _, after in measured))}")
+    print(f"remaining runs of {args.study} on the {len(measured)} benchmarks measured: "
+          f"{projected(sum(max(runs_asked - done, 0) * before for done, before, _ in measured))} "
+          "(mean run cost of the finished runs; cores otherwise free)")
     if ratios:
-        print(f"after (--batch-calibrators, measured calibrators scaled): {remaining_after / 3600:.1f} CPU-hours, "
-              f"{remaining_after / workers / 3600:.1f} h wall on {workers} worker processes")
+        print(f"{after_label}: {projected(sum(max(runs_asked - done, 0) * after for done, _, after in measured))}")
     return 0
 
 
