@@ -94,11 +94,9 @@ def run(args: argparse.Namespace) -> int:
     study_options = study.benchmark_options(dataset, backbone) if study else None  # tuned ones resolved here
     if args.seed is None:
         args.seed = study.spec.seed if study else 10
-    for flag in ("batch_runs", "batch_calibrators"):  # the command line wins over the study file
-        if getattr(args, flag) is None:
-            setattr(args, flag, bool(study and getattr(study.spec.runs, flag)))
-    if args.models_per_batch is None and study:
-        args.models_per_batch = study.spec.runs.models_per_batch
+    for key, default in (("batch_runs", False), ("batch_calibrators", False), ("models_per_batch", None)):
+        if getattr(args, key) is None:  # not on the command line, which wins over the study file
+            setattr(args, key, getattr(study.spec.runs, key) if study else default)
     names = args.calibrators if args.calibrators is not None else (
         list(study_options) if study_options is not None else ["uncal", "ts", "vs", "ets"])
     calibrators = [canonical_calibrator(c) for c in names]  # validate names before any work
