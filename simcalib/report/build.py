@@ -74,8 +74,16 @@ class TableSet:
 def build_tables(study: StudyResults, paper: PaperTables) -> TableSet:
     rows = study.main_rows()
     results = [build_result_table(rows, spec, paper) for spec in TABLE_SPECS]
+    results = [t for t in results if shows_something_new(t)]
     comparisons = {t.spec.key: c for t in results if (c := build_comparison(t, paper)) is not None}
     return TableSet(results, comparisons)
+
+
+def shows_something_new(table: ResultTable) -> bool:
+    """False for a table beyond the paper's (no ``paper_key``) none of whose own methods (those not in Table 1)
+    ran: it would repeat Table 1's columns beside columns of 'not run'. The paper's tables always show."""
+    own = [m for m in table.methods if m not in MAIN_METHODS]
+    return table.spec.paper_key is not None or not own or bool(table.runs[own].to_numpy().sum())
 
 
 def write_grid_choices(study: StudyResults, out_dir: Path) -> list[Path]:

@@ -173,3 +173,21 @@ def test_a_pinned_figure_keeps_its_earlier_rendering_where_it_could_be_redrawn(t
     assert (out / "figures" / "reliability_uncal_vs_simcalib.png").read_bytes() == first["reliability_uncal_vs_simcalib"]
     assert (out / "figures" / "confidence_distributions.png").read_bytes() != first["confidence_distributions"]
     assert "Kept from an earlier rendering" in (out / "report.md").read_text()
+
+
+def test_a_table_beyond_the_papers_is_left_out_when_none_of_its_own_methods_ran(tmp_path):
+    write_benchmark(tmp_path / "paper_methods", "Cora", "GCN", ["UnCal", "TS", "GATS", "SimCalib"], predictions=False)
+    out = build_report(tmp_path / "paper_methods", tmp_path / "r1", paper_dir=tmp_path / "no_paper", theory_reps=20,
+                       theory_grid=SMALL_THEORY)
+    md = out.report_md.read_text()
+    assert "Table 1: ECE" in md and "Table 3: ECE" in md  # the paper's tables show even when not run
+    assert "the extra ones" not in md and "ECE (%) of SimCalib's objectives" not in md
+    assert not (out.folder / "tables" / "extra_ece.md").exists()
+
+    write_benchmark(tmp_path / "with_extra", "Cora", "GCN", ["UnCal", "GATS", "SimCalib", "Dirichlet"],
+                    predictions=False)
+    out = build_report(tmp_path / "with_extra", tmp_path / "r2", paper_dir=tmp_path / "no_paper", theory_reps=20,
+                       theory_grid=SMALL_THEORY)
+    md = out.report_md.read_text()
+    assert "ECE (%) of the paper's calibrators and the extra ones" in md and "ECE (%) of SimCalib's objectives" not in md
+    assert (out.folder / "tables" / "extra_ece.md").is_file()
