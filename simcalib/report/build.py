@@ -113,6 +113,12 @@ def grid_choice_blocks(study: StudyResults) -> list[Block]:
 
 def write_tables(tables: TableSet, out_dir: Path) -> list[Path]:
     folder = Path(out_dir) / "tables"
+    shown = {t.spec.key for t in tables.results}
+    for spec in TABLE_SPECS:  # an earlier rendering's table that this one leaves out must not linger beside it
+        if spec.key not in shown:
+            for stem in (spec.key, f"{spec.key}_vs_paper"):
+                for suffix in (".md", ".tex", ".csv"):
+                    (folder / f"{stem}{suffix}").unlink(missing_ok=True)
     paths = []
     for table in tables.results:
         paths += write_table(table, folder, table.spec.key, table.spec.title + ", mean ± std over runs")

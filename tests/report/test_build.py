@@ -191,3 +191,8 @@ def test_a_table_beyond_the_papers_is_left_out_when_none_of_its_own_methods_ran(
     md = out.report_md.read_text()
     assert "ECE (%) of the paper's calibrators and the extra ones" in md and "ECE (%) of SimCalib's objectives" not in md
     assert (out.folder / "tables" / "extra_ece.md").is_file()
+
+    # rendered again into the same folder without the extra calibrator, its earlier tables do not linger
+    build_report(tmp_path / "paper_methods", tmp_path / "r2", paper_dir=tmp_path / "no_paper", theory_reps=20,
+                 theory_grid=SMALL_THEORY)
+    assert not list((tmp_path / "r2" / "tables").glob("extra_*")) and (tmp_path / "r2" / "tables" / "table1_ece.md").is_file()
