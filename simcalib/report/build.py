@@ -205,6 +205,9 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
     folder = Path(out_dir) / "figures"
     efficiency_rows = study.rows if sweep is None else sweep.rows
     sweep_note = "" if sweep is None else f" Drawn from the label-rate sweep in `{sweep.root}`."
+    if len(efficiency_rows) and "CoraFull" not in set(efficiency_rows["dataset"].astype(str)):
+        sweep_note += (" The paper draws this figure on CoraFull, which has no results here (its data is not in "
+                       "every machine's mirror); the panels are the datasets the sweep ran.")
     bins = figs.figure_bins_frame(study.main_predictions(), study.main_rows())
     entries = []
 
@@ -326,7 +329,10 @@ def table_blocks(tables: TableSet) -> list[Block]:
                 f"{s['ran']} of {s['cells']} paper cells run here; "
                 + (f"mean |difference| {s['mean_abs_z']:.2f} paper stds, {s['within_1_std']} of {s['with_std']} "
                    f"within one std; mean difference {s['mean_diff']:+.2f}."
-                   if s["with_std"] else "no paper std to compare with." if s["ran"] else "nothing to compare yet.")),
+                   if s["with_std"] else "no paper std to compare with." if s["ran"] else
+                   f"the paper's cells of this table are on {', '.join(sorted({b[0] for b in comparison.benchmarks}))}, "
+                   "none of which has results here: our rows in the table above are on other datasets, so they "
+                   "stand beside the paper's, not against them.")),
                 _table_or_note(comparison)]
             far = far_from_paper(comparison)
             if far is not None:
