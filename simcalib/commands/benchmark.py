@@ -29,7 +29,7 @@ def register(sub) -> None:
                        help=f"comma list among: {', '.join(calibrator_names(include_tuned=True))} (default: those of "
                             "--study, else uncal,ts,vs,ets)")
     bench.add_argument("--study", default=None, metavar="STUDY_FILE",
-                       help="take the calibrators, their options (e.g. the grid criterion pinned in study/offline.yaml), "
+                       help="take the calibrators, their options (e.g. a SimCalib grid criterion), "
                             "the seed and the runs' batch keys from this study file, so a pass run here computes the same "
                             "rows as the study; the command line's options still win")
     bench.add_argument("--splits", type=count_or_list, default=list(range(5)), help="number of splits (5) or a list like 0,3")
