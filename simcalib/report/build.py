@@ -331,8 +331,8 @@ def table_blocks(tables: TableSet) -> list[Block]:
                    f"within one std; mean difference {s['mean_diff']:+.2f}."
                    if s["with_std"] else "no paper std to compare with." if s["ran"] else
                    f"the paper's cells of this table are on {', '.join(sorted({b[0] for b in comparison.benchmarks}))}, "
-                   "none of which has results here: our rows in the table above are on other datasets, so they "
-                   "stand beside the paper's, not against them.")),
+                   "none of which has results here" + ("." if table.empty else ": our rows in the table above are on "
+                   "other datasets, so they stand beside the paper's, not against them."))),
                 _table_or_note(comparison)]
             far = far_from_paper(comparison)
             if far is not None:

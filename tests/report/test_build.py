@@ -198,3 +198,15 @@ def test_a_table_beyond_the_papers_is_left_out_when_none_of_its_own_methods_ran(
     build_report(tmp_path / "paper_methods", tmp_path / "r2", paper_dir=tmp_path / "no_paper", theory_reps=20,
                  theory_grid=SMALL_THEORY)
     assert not list((tmp_path / "r2" / "tables").glob("extra_*")) and (tmp_path / "r2" / "tables" / "table1_ece.md").is_file()
+
+
+def test_a_paper_table_with_no_cell_run_names_the_papers_datasets_and_our_rows_only_where_there_are_some(
+        tmp_path, paper_dir):
+    write_benchmark(tmp_path / "study", "Cora", "GCN", ["UnCal", "TS", "GATS", "SimCalib"], predictions=False)
+    md = build_report(tmp_path / "study", tmp_path / "r", paper_dir, theory_reps=20,
+                      theory_grid=SMALL_THEORY).report_md.read_text()
+    table2 = md[md.index("#### Table 2: ours vs paper"):md.index("### Table 3")]
+    table4 = md[md.index("#### Table 4: ours vs paper"):]
+    assert "are on CoraFull, none of which has results here: our rows in the table above" in table2
+    assert "are on CoraFull, none of which has results here." in table4  # no w sweep ran: no rows of ours
+    assert "our rows in the table above" not in table4[:table4.index("| Dataset")]
