@@ -226,8 +226,8 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
                       "before that column existed; rerun the runs, or `simcalib benchmark ... --save-predictions`)")
     add("reliability_uncal_vs_simcalib", "Reliability diagrams",
         "Reliability diagrams of UnCal and SimCalib per benchmark (test nodes pooled over the runs whose rows carry "
-        "figure data, counted in each title; rows of passes older than that column have it only where "
-        "benchmarks/backfill_figure_bins.py reproduced them).",
+        "figure data, counted in each title; rows of passes older than that column have it only where a "
+        "recomputation reproduced them, see docs/decisions.md).",
         figs.reliability_grid(bins), no_predictions)
     add("confidence_distributions", "Confidence distributions",
         "Top-1 confidence of the test nodes, UnCal and SimCalib per benchmark.",
@@ -356,7 +356,7 @@ def far_from_paper(comparison: ComparisonTable, threshold: float = 1.0) -> Parag
     return Paragraph(
         f"**More than {threshold:g} paper std from the paper: {len(far)} cell(s)** ({below} below it, "
         f"{len(far) - below} above): " + "; ".join(cells) + ". What was checked about the largest gaps is in "
-        "`reports/README.md` (section on the measured gaps).")
+        "`docs/decisions.md` (section on the measured gaps).")
 
 
 def significance_blocks(sig: Significance) -> list[Block]:
