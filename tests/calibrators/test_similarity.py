@@ -138,3 +138,55 @@ def test_gats_confidence_gap_is_the_mean_difference_to_the_neighbours():
     for i in (0, 5, graph.num_nodes - 3):  # the last-but-two is isolated: only its self-loop
         neighbours = edges.source[edges.target == i]
         assert gap[i].item() == pytest.approx((c[i] - c[neighbours]).mean().item(), abs=1e-6)
+
+
+def similarity_by_hand(graph, nodes) -> torch.Tensor:
+    """s_i = d_i / ||d_i||, d from prototypes and covariance of ``nodes`` (the NumPy reference above)."""
+    d = numpy_reference(graph.hidden.numpy(), graph.labels.numpy(), nodes.numpy(), graph.num_classes, 0.0)
+    return torch.tensor(d / np.linalg.norm(d, axis=1, keepdims=True), dtype=torch.float32)
+
+
+def feature_temperature_of(graph, **options) -> torch.Tensor:
+    """SimCalib's T_feat as built from seed 0 (not fitted): a function of G_feat's input s and the graph."""
+    from simcalib.calibrators import build_calibrator
+    from simcalib.seeding import seed_everything
+
+    seed_everything(0)
+    model = build_calibrator("SimCalib", graph.num_classes, w=0.7, t=0.5, **options)
+    model.prepare(graph)
+    with torch.no_grad():
+        return model.eval().feature_temperature(graph)
+
+
+@pytest.mark.parametrize("prototype_nodes", ["train", "labelled"])
+def test_simcalib_takes_prototypes_and_covariance_from_the_nodes_its_option_names(prototype_nodes):
+    """G_feat fed the hand-computed s (through the ablation that feeds it its logits) gives SimCalib's T_feat:
+    s from the training folds by default, from the training folds and the calibration fold with "labelled"."""
+    from simcalib.calibrators import CalibrationGraph
+
+    graph = tiny_graph()
+    nodes = graph.train_idx if prototype_nodes == "train" else graph.labelled_idx()
+    other = graph.labelled_idx() if prototype_nodes == "train" else graph.train_idx
+    got = feature_temperature_of(graph, prototype_nodes=prototype_nodes)
+
+    def fed(s):
+        graph_of_s = CalibrationGraph(s, graph.hidden, graph.edge_index, graph.labels, graph.train_idx, graph.cal_idx)
+        return feature_temperature_of(graph_of_s, feature_input="logits")
+
+    assert torch.allclose(got, fed(similarity_by_hand(graph, nodes)), atol=1e-5)
+    assert not torch.allclose(got, fed(similarity_by_hand(graph, other)), atol=1e-5)
+
+
+def test_simcalibs_default_prototypes_never_read_the_calibration_folds_labels():
+    from simcalib.calibrators import HIDDEN_LABEL, CalibrationGraph
+
+    graph = tiny_graph()
+    labels = graph.labels.clone()
+    labels[graph.cal_idx] = (labels[graph.cal_idx] + 1) % graph.num_classes  # every calibration label wrong
+    wrong = CalibrationGraph(graph.logits, graph.hidden, graph.edge_index, labels, graph.train_idx, graph.cal_idx)
+    assert torch.equal(feature_temperature_of(graph), feature_temperature_of(wrong))
+    assert not torch.equal(feature_temperature_of(graph, prototype_nodes="labelled"),
+                           feature_temperature_of(wrong, prototype_nodes="labelled"))
+    labels[graph.cal_idx] = HIDDEN_LABEL  # even hidden: the default never asks for them
+    hidden = CalibrationGraph(graph.logits, graph.hidden, graph.edge_index, labels, graph.train_idx, graph.cal_idx)
+    assert torch.equal(feature_temperature_of(graph), feature_temperature_of(hidden))
