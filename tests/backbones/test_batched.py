@@ -104,3 +104,70 @@ def test_batched_backbones_have_their_own_cache_key():
     per_run = cache_key("Cora", config, 0, 0, 0, 7, idx, idx)
     assert cache_key("Cora", config, 0, 0, 0, 7, idx, idx, trainer="per-run") == per_run  # old keys unchanged
     assert cache_key("Cora", config, 0, 0, 0, 7, idx, idx, trainer="batched") != per_run
+
+
+def per_run_copy(batched, m: int, name: str, num_features: int, num_classes: int):
+    """The per-run model (simcalib.backbones.models) holding model ``m``'s weights of a batched model."""
+    from simcalib.backbones.models import GAT, GCN
+
+    with torch.no_grad():
+        if name == "GCN":
+            model = GCN(num_features, num_classes)
+            model.weight1.copy_(batched.weight1[:, m])
+            model.bias1.copy_(batched.bias1[m])
+            model.weight2.copy_(batched.weight2[m])
+            model.bias2.copy_(batched.bias2[m])
+            return model
+        model = GAT(num_features, num_classes)
+        model.weight1.copy_(batched.weight1[m])
+        model.conv1.att_src.copy_(batched.att_src1[m].view_as(model.conv1.att_src))
+        model.conv1.att_dst.copy_(batched.att_dst1[m].view_as(model.conv1.att_dst))
+        model.conv1.bias.copy_(batched.bias1[m])
+        model.conv2.lin.weight.copy_(batched.weight2[m].T)
+        model.conv2.att_src.copy_(batched.att_src2[m].view_as(model.conv2.att_src))
+        model.conv2.att_dst.copy_(batched.att_dst2[m].view_as(model.conv2.att_dst))
+        model.conv2.bias.copy_(batched.bias2[m])
+        return model
+
+
+def randomised_biases(model, seed: int = 0) -> None:
+    """Non-zero biases (they start at zero), so that a bias added in the wrong place shows."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for pname in ("bias1", "bias2"):
+            bias = getattr(model, pname)
+            bias.copy_(0.1 * torch.randn(bias.shape, generator=g))
+
+
+@pytest.mark.parametrize("name,cls", [("GCN", BatchedGCN), ("GAT", BatchedGAT)])
+def test_each_model_of_a_batch_computes_what_the_per_run_model_with_its_weights_computes(sbm_graph, name, cls):
+    gens = [torch.Generator().manual_seed(s) for s in SEEDS[:3]]
+    batched = cls(sbm_graph.num_features, sbm_graph.num_classes, gens).eval()
+    randomised_biases(batched)
+    x, graph = graph_inputs(sbm_graph, name, torch.device("cpu"))
+    with torch.no_grad():
+        logits, hidden = batched(x, graph)
+        for m in range(3):
+            alone = per_run_copy(batched, m, name, sbm_graph.num_features, sbm_graph.num_classes).eval()
+            want_logits, want_hidden = alone(x, graph)
+            assert torch.allclose(hidden[:, m], want_hidden, atol=1e-5), m
+            assert torch.allclose(logits[:, m], want_logits, atol=1e-5), m
+    assert not torch.allclose(logits[:, 0], logits[:, 1], atol=1e-3)  # the models differ: the check compares something
+
+
+def test_a_batched_gcn_in_training_mode_draws_the_per_run_dropout_masks(sbm_graph):
+    """Model m's dropout comes from its own generator in the order the per-run GCN draws from the global one, so
+    the same seed gives the same training-mode output."""
+    x, adj = graph_inputs(sbm_graph, "GCN", torch.device("cpu"))
+    batched = BatchedGCN(sbm_graph.num_features, sbm_graph.num_classes,
+                         [torch.Generator().manual_seed(s) for s in SEEDS[:3]])
+    randomised_biases(batched)
+    copies = [per_run_copy(batched, m, "GCN", sbm_graph.num_features, sbm_graph.num_classes) for m in range(3)]
+    batched.generators = [torch.Generator().manual_seed(s) for s in SEEDS[:3]]  # masks from the seeds' start
+    with torch.no_grad():
+        logits, _ = batched.train()(x, adj)
+        for m in range(3):
+            torch.manual_seed(SEEDS[m])
+            want, _ = copies[m].train()(x, adj)
+            assert torch.allclose(logits[:, m], want, atol=1e-5), m
+            assert not torch.allclose(logits[:, m], copies[m].eval()(x, adj)[0], atol=1e-3)  # dropout was on
