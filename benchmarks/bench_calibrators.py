@@ -1,4 +1,4 @@
-"""Speed of the graph calibrators, printed as measurements (targets of issues #3 and #10).
+"""Speed of the graph calibrators, printed as measurements against their targets.
 
 1. One SimCalib fit, with its w x t grid, on a Physics GCN backbone (target: under 30 s on 2 cores),
    next to the other graph calibrators' fits on the same backbone (CaGCN, GATS, GETS).

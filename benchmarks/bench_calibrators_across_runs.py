@@ -1,4 +1,4 @@
-"""Calibrators fitted across the runs of a split vs one run at a time (issue 11), printed as measurements.
+"""Calibrators fitted across the runs of a split vs one run at a time, printed as measurements.
 
 For each benchmark: the runs of one split (5 inits x 3 folds) on the cached per-run backbones; each stackable
 calibrator fitted run by run (``simcalib.protocol.fit_calibrator``, the study's path) and on all runs at once

@@ -1,4 +1,4 @@
-"""Speed and memory of the foundation, printed as measurements (targets of issue #2).
+"""Speed and memory of the foundation, printed as measurements against their targets.
 
 1. The 75 Cora-GCN runs of the protocol with UnCal, TS, VS and ETS, from an empty backbone cache
    (target: under 5 minutes on 2 cores).

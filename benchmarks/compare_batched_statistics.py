@@ -8,10 +8,10 @@ the Wilcoxon signed-rank test (scipy.stats), and the Wilcoxon p Holm-adjusted ov
 (``wilcoxon_holm``): with 7 calibrators x 2 metrics, one raw p near 0.01 is what chance alone gives.
 
     python benchmarks/compare_batched_statistics.py results/batched/Cora_GCN/results.csv \\
-        reports/full/results/Cora_GCN/results.csv [--metrics ece,accuracy]
+        reports/archive/full/results/Cora_GCN/results.csv [--metrics ece,accuracy]
 
 Any two results files of the same runs compare the same way; ``--names`` labels the two columns, e.g.
-``--names intel,amd`` for the per-run trainer on two machines (reports/full/superseded/amd_epyc/).
+``--names intel,amd`` for the per-run trainer on two machines (reports/archive/full/superseded/amd_epyc/).
 """
 
 from __future__ import annotations

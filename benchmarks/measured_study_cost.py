@@ -17,9 +17,9 @@ their ratio scales that calibrator's mean fit seconds here, giving the "after" c
 measured pairs are scaled: a calibrator or benchmark without a line keeps its per-run cost (the table says how
 many of the benchmark's calibrators were scaled), so the "after" projection never assumes a gain.
 
-    python benchmarks/measured_study_cost.py --results reports/offline/results reports/full/results \\
+    python benchmarks/measured_study_cost.py --results reports/offline/results reports/archive/full/results \\
         [--cache .cache/simcalib] [--study study/offline.yaml] \\
-        [--across-runs reports/performance/session8/calibrators_across_runs*.txt]
+        [--across-runs reports/performance/calibrators_across_runs_*.txt]
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def main() -> int:
     parser.add_argument("--study", default="study/offline.yaml", help="the study whose remaining runs are projected")
     parser.add_argument("--digests", nargs="*", type=Path, default=[],
                         help="more results folders whose backbone_digest values name the study's backbones in the cache "
-                             "(rows of the same runs computed on this machine, e.g. reports/simcalib_joint)")
+                             "(rows of the same runs computed on this machine, e.g. reports/archive/simcalib_joint)")
     parser.add_argument("--across-runs", nargs="*", type=Path, default=[],
                         help="outputs of bench_calibrators_across_runs.py: the 'after' (--batch-calibrators) columns")
     args = parser.parse_args()

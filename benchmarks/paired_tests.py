@@ -3,7 +3,7 @@
 Pairs runs by (split, init, fold) per benchmark, as the report's SimCalib-vs-GATS test, for any pairs of
 calibrators and optionally a subset of splits (held-out views). Prints one Markdown table.
 
-    .venv/bin/python benchmarks/paired_tests.py reports/simcalib_joint/results \\
+    .venv/bin/python benchmarks/paired_tests.py reports/archive/simcalib_joint/criterion \\
         --pairs SimCalib:GATS,SimCalib_separate:GATS,SimCalib:SimCalib_separate --splits 1,2,3,4
 """
 

@@ -4,9 +4,11 @@ For each (benchmark, run) the calibration fold is split per class into 2 parts; 
 on one part (early-stopped on the training folds, as in the protocol) and predicts the other, and ECE
 (15 bins, %) and NLL are computed on the pooled held-out predictions: the same "crossfit" objective as
 ``simcalib tune`` (:mod:`simcalib.tuning.objective`). Used to choose SimCalib's defaults without reading a
-test label. Prints a table and writes per-run values to ``--out`` (CSV).
+test label. Prints a table and writes per-run values to ``--out`` (CSV). The candidates file maps a name to a
+calibrator and its options, e.g. ``fit_nll: {calibrator: SimCalib, options: {grid_criterion: fit_nll}}`` and
+``gats: {calibrator: GATS}``; the screens behind SimCalib's defaults are in ``docs/decisions.md``.
 
-    .venv/bin/python benchmarks/screen_calibrators.py --candidates benchmarks/simcalib_candidates.yaml \
+    .venv/bin/python benchmarks/screen_calibrators.py --candidates candidates.yaml \
         --benchmarks Cora:GCN,Citeseer:GCN,Cora:GAT,Citeseer:GAT --splits 0 --inits 0 --out screen.csv
 """
 
