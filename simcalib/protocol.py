@@ -10,9 +10,11 @@ restart skips it.
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
 import functools
 import hashlib
+import io
 import os
 import time
 import warnings
@@ -40,13 +42,30 @@ from simcalib.calibrators import (
     canonical_calibrator,
 )
 from simcalib.calibrators.across_runs import fit_across_runs, generator_after_build, stackable
-from simcalib.data import GraphData, get_spec, load_dataset
+from simcalib.data import GraphData, get_spec, graph_digest, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
+from simcalib.integrity import (
+    DEFINITION_COLUMNS,
+    check_append,
+    check_results,
+    finished_run,
+    results_lock,
+    write_error,
+)
 from simcalib.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
 from simcalib.metrics import METRIC_NAMES, compute_metrics
 from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
 from simcalib.similarity import nearest_prototype_distance
-from simcalib.splits import Split, default_splits_dir, get_split, split_sources
+from simcalib.splits import (
+    PAPER_PROTOCOL,
+    Split,
+    get_split,
+    protocol_name,
+    resolve_splits_dir,
+    split_digest,
+    split_source_label,
+    split_sources,
+)
 
 KEY_COLUMNS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
 # What a fitted calibrator reports of itself (Calibrator.audit): SimCalib's chosen grid point and the mean and
@@ -57,8 +76,10 @@ AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_s
 # if their digests agree; the report pairs runs on it. Empty in rows written before it existed.
 # ``figure_bins``: the binned test predictions the paper's figures need (simcalib.figure_bins), for the
 # calibrators those figures show; empty for the others and in rows written before it existed.
+# DEFINITION_COLUMNS: the split and processed graph the run was computed on (simcalib.integrity); empty
+# (unknown) in rows written before they existed.
 RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *METRIC_NAMES, "fit_seconds", "label_rate", *AUDIT_COLUMNS,
-                  "backbone_digest", "figure_bins"]
+                  "backbone_digest", "figure_bins", *DEFINITION_COLUMNS]
 
 
 def backbone_digest(output: BackboneOutput) -> str:
@@ -77,7 +98,7 @@ class ProtocolSettings:
     test_rate: float = 0.85
     data_root: str | None = None
     mirror: str | None = None
-    splits_dir: str | None = None  # fixed split files; None: $SIMCALIB_SPLITS_DIR, else generated
+    splits_dir: str | None = None  # fixed split files; None: simcalib.splits.resolve_splits_dir; "none": no files
     cache_dir: str | None = None
     device: str = "auto"
     backbone_overrides: tuple[tuple[str, object], ...] = ()  # e.g. (("max_epochs", 200),)
@@ -90,7 +111,11 @@ class ProtocolSettings:
         return self.fold_rate * self.n_folds
 
     def resolved_splits_dir(self) -> Path | None:
-        return Path(self.splits_dir) if self.splits_dir else default_splits_dir()
+        return resolve_splits_dir(self.splits_dir, self.data_root)[0]
+
+    def splits_origin(self) -> str:
+        """Where :meth:`resolved_splits_dir` came from ("given", "$SIMCALIB_SPLITS_DIR", "beside the checkout" ...)."""
+        return resolve_splits_dir(self.splits_dir, self.data_root)[1]
 
 
 @dataclass(frozen=True)
@@ -127,6 +152,51 @@ def run_split(run: Run, settings: ProtocolSettings, graph: GraphData | None = No
     graph = graph or load_graph(run.dataset, settings)
     return get_split(run.dataset, graph.y.numpy(), run.split, settings.study_seed, settings.resolved_splits_dir(),
                      settings.fold_rate, settings.n_folds, settings.test_rate, settings.generated_splits)
+
+
+@functools.lru_cache(maxsize=64)
+def _split_definition(dataset: str, split: int, settings: ProtocolSettings, splits_dir: str | None) -> tuple[str, str]:
+    chosen = run_split(Run(dataset, "GCN", split, 0, 0), settings)
+    return split_digest(chosen), split_source_label(chosen)
+
+
+@functools.lru_cache(maxsize=8)
+def _data_digest(dataset: str, data_root: str | None, mirror: str | None) -> str:
+    return graph_digest(_load_graph(dataset, data_root, mirror))
+
+
+def run_definition(run: Run, settings: ProtocolSettings) -> dict[str, str]:
+    """What defines ``run`` besides its seed (the :data:`~simcalib.integrity.DEFINITION_COLUMNS` of its rows):
+    the digest of its split's node indices, of the processed graph, and where the split came from."""
+    splits_dir = settings.resolved_splits_dir()
+    digest, source = _split_definition(get_spec(run.dataset).name, run.split, settings,
+                                       str(splits_dir) if splits_dir else None)
+    return {"split_digest": digest, "data_digest": _data_digest(get_spec(run.dataset).name, settings.data_root,
+                                                                 settings.mirror),
+            "split_source": source}
+
+
+def describe_split_sources(dataset: str, splits: Iterable[int], settings: ProtocolSettings) -> str:
+    """One line saying where the splits of a benchmark come from: the fixed files and where they were found,
+    or generated and why (ConfigError when that is not allowed, as :func:`run_split_sources`)."""
+    splits = list(splits)
+    sources = run_split_sources(dataset, splits, settings)
+    fixed = [s for s in splits if sources[s] == "fixed"]
+    generated = [s for s in splits if sources[s] == "generated"]
+    parts = []
+    if fixed:
+        folder = settings.resolved_splits_dir()
+        parts.append(f"split(s) {','.join(map(str, fixed))} from the fixed GATS files in {folder} "
+                     f"({settings.splits_origin()})")
+    if generated:
+        if protocol_name(settings.fold_rate, settings.n_folds, settings.test_rate) != PAPER_PROTOCOL:
+            why = f"no published files for label rate {settings.label_rate:g}"
+        elif fixed:
+            why = "beyond the fixed files, allowed by --generated-splits"
+        else:
+            why = f"{settings.splits_origin()}; allowed by --generated-splits"
+        parts.append(f"split(s) {','.join(map(str, generated))} generated from seed {settings.study_seed} ({why})")
+    return f"{get_spec(dataset).name}: " + "; ".join(parts)
 
 
 def run_split_sources(dataset: str, splits: Iterable[int], settings: ProtocolSettings) -> dict[int, str]:
@@ -306,7 +376,7 @@ def evaluate_calibrator(
         "dataset": run.dataset, "backbone": run.backbone, "calibrator": name,
         "split": run.split, "init": run.init, "fold": run.fold, "seed": run.seed(settings),
         **metrics, "fit_seconds": fit_seconds, "label_rate": settings.label_rate, **audit,
-        "backbone_digest": backbone_digest(output), "figure_bins": figure_bins,
+        "backbone_digest": backbone_digest(output), "figure_bins": figure_bins, **run_definition(run, settings),
     }
 
 
@@ -327,11 +397,45 @@ def save_predictions(folder: Path, run: Run, calibrator: str, probs: np.ndarray,
 # Results files
 
 
+def _complete_length(data: bytes) -> int:
+    """How many leading bytes of a results CSV are whole lines: a last line without its newline counts when it
+    has every field of the header (a hand-edited file), not when it has fewer (a write cut off by a kill)."""
+    if not data or data.endswith(b"\n"):
+        return len(data)
+    cut = data.rfind(b"\n") + 1
+    if cut == 0:
+        return 0  # not even a whole header
+    header = next(csv.reader(io.StringIO(data[:cut].decode("utf-8", "replace"))), [])
+    last = next(csv.reader(io.StringIO(data[cut:].decode("utf-8", "replace"))), [])
+    return len(data) if len(last) == len(header) else cut
+
+
 def read_results(path: str | os.PathLike) -> pd.DataFrame:
+    """The rows of a results CSV; a last line cut off by a kill is not a row (the run is computed again)."""
     path = Path(path)
     if not path.is_file() or path.stat().st_size == 0:
         return pd.DataFrame(columns=RESULT_COLUMNS)
-    return pd.read_csv(path)
+    data = path.read_bytes()
+    complete = _complete_length(data)
+    if complete == 0:
+        return pd.DataFrame(columns=RESULT_COLUMNS)
+    return pd.read_csv(io.BytesIO(data[:complete]) if complete < len(data) else path)
+
+
+def _repair_last_line(path: Path) -> bool:
+    """Move a cut-off last line of ``path`` into ``<path>.cut`` (kept for inspection) and end the file with a
+    newline, so an append starts on its own line; True when the file is then empty."""
+    data = path.read_bytes()
+    complete = _complete_length(data)
+    if complete < len(data):
+        with open(path.with_name(path.name + ".cut"), "ab") as fh:
+            fh.write(data[complete:] + b"\n")
+        with open(path, "r+b") as fh:
+            fh.truncate(complete)
+    elif data and not data.endswith(b"\n"):
+        with open(path, "ab") as fh:
+            fh.write(b"\n")
+    return complete == 0
 
 
 def _run_key(row) -> tuple:
@@ -354,17 +458,21 @@ def append_rows(path: Path, rows: Sequence[dict]) -> None:
         return
     frame = pd.DataFrame(rows)
     frame = frame[[c for c in RESULT_COLUMNS if c in frame.columns] + [c for c in frame.columns if c not in RESULT_COLUMNS]]
-    new = not path.is_file() or path.stat().st_size == 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not new:
-        header = list(pd.read_csv(path, nrows=0).columns)
-        if header != list(frame.columns):  # e.g. a file written before a column existed: widen it, keep every row
-            _rewrite_with_columns(path, header, list(frame.columns))
-            frame = frame.reindex(columns=list(pd.read_csv(path, nrows=0).columns))
-    with open(path, "a", newline="") as fh:
-        frame.to_csv(fh, header=new, index=False, float_format="%.10g")
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        new = not path.is_file() or path.stat().st_size == 0 or _repair_last_line(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not new:
+            header = list(pd.read_csv(path, nrows=0).columns)
+            if header != list(frame.columns):  # e.g. a file written before a column existed: widen it, keep every row
+                _rewrite_with_columns(path, header, list(frame.columns))
+                frame = frame.reindex(columns=list(pd.read_csv(path, nrows=0).columns))
+        text = frame.to_csv(header=new, index=False, float_format="%.10g")
+        with open(path, "a", newline="") as fh:
+            fh.write(text)  # one write per run
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise write_error(path, exc) from None
 
 
 def _rewrite_with_columns(path: Path, header: list[str], extra: list[str]) -> None:
@@ -383,13 +491,16 @@ def rewrite_results(path: Path, frame: pd.DataFrame) -> None:
     tmp.replace(path)
 
 
-def copy_finished_rows(source: Path, results_path: Path, request: BenchmarkRequest, settings: ProtocolSettings) -> int:
+def copy_finished_rows(source: Path, results_path: Path, request: BenchmarkRequest, settings: ProtocolSettings,
+                       planned: Sequence[dict] | None = None) -> int:
     """Append to ``results_path`` the rows of ``source`` that belong to ``request`` (its benchmark, runs and
-    calibrators, with this study seed's run seeds) and that ``results_path`` does not hold yet; returns how many."""
+    calibrators, with this study seed's run seeds) and that ``results_path`` does not hold yet; returns how many.
+    Refused (ConfigError) when a row to copy was computed on another split or graph than ``planned`` (the
+    runs' definitions, :func:`planned_runs`) or ``source`` repeats a run."""
     if not source.is_file():
         raise ConfigError(f"--resume-from {source}: no such file; give the path of an existing results.csv")
     try:
-        theirs = pd.read_csv(source)
+        theirs = read_results(source)
     except Exception as exc:
         raise ConfigError(f"--resume-from {source}: not a readable results CSV ({exc})") from None
     missing = [c for c in RESULT_COLUMNS[:7] if c not in theirs.columns]
@@ -403,9 +514,30 @@ def copy_finished_rows(source: Path, results_path: Path, request: BenchmarkReque
     have = {tuple(r) for r in ours[[*KEY_COLUMNS, "seed"]].astype(str).itertuples(index=False)}
     keys = [tuple(r) for r in theirs[[*KEY_COLUMNS, "seed"]].astype(str).itertuples(index=False)]
     take = [k in wanted and k not in have for k in keys]
-    rows = theirs[take].drop_duplicates(subset=[*KEY_COLUMNS, "seed"])
+    rows = check_results(theirs[take], f"--resume-from {source}")
+    if planned is not None:
+        check_append(rows, planned, source, "--resume-from copies only rows of the same split and data definition: "
+                     "run with the split source those rows used (see their split_source column)")
     append_rows(results_path, rows.to_dict("records"))
     return len(rows)
+
+
+def planned_runs(runs: Sequence[Run], settings: ProtocolSettings) -> list[dict]:
+    """Each run's identity and definition (:func:`run_definition`), as :func:`~simcalib.integrity.check_append`
+    compares them with the rows of a results file."""
+    return [{"dataset": r.dataset, "backbone": r.backbone, "split": r.split, "init": r.init, "fold": r.fold,
+             "label_rate": settings.label_rate, "seed": r.seed(settings), **run_definition(r, settings)} for r in runs]
+
+
+def check_results_file(path: Path, runs: Sequence[Run], settings: ProtocolSettings) -> pd.DataFrame:
+    """The rows of the results file ``path`` when adding ``runs`` to it keeps it one protocol: no run twice,
+    one digest per split and dataset, and none other than the runs' own (else ConfigError / DataCorruptError
+    naming the file, the run and what differs)."""
+    existing = check_results(read_results(path), str(path))
+    check_append(existing, planned_runs(runs, settings), path,
+                 "use the split source and data of those rows (their split_source column; --splits-dir, "
+                 "$SIMCALIB_SPLITS_DIR, --generated-splits), or another --out")
+    return existing
 
 
 def summarize(results: pd.DataFrame, metrics: Sequence[str] = METRIC_NAMES) -> pd.DataFrame:
@@ -568,6 +700,8 @@ def run_benchmark(
     resume_from: str | os.PathLike | None = None,
     models_per_batch: int | None = None,
     batch_calibrators: bool = False,
+    wait: bool = False,
+    notify: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
     """Run (or resume) the protocol; rows go to ``out_dir/results.csv`` as each run finishes.
 
@@ -577,7 +711,12 @@ def run_benchmark(
     per process. ``batch_calibrators``: the calibrators that :func:`fits_across_runs` are fitted on a split's
     runs together (the same models to float rounding; a split's rows then arrive once all its backbones are
     there). ``resume_from``: a results.csv (e.g. committed under reports/) whose rows of the requested
-    runs are copied into ``out_dir/results.csv`` first, so those runs are not computed again."""
+    runs are copied into ``out_dir/results.csv`` first, so those runs are not computed again.
+
+    The folder is held for this call (:func:`~simcalib.integrity.results_lock`; another writer: an error, or
+    with ``wait`` a wait, announced through ``notify``). Rows already in ``results.csv`` (and those copied by
+    ``resume_from``) must be of the runs' own split and data definition and hold no run twice; otherwise
+    nothing is added (:func:`check_results_file`)."""
     if batch_runs != settings.batch_runs:  # the calibrators' view of a run must read the same backbones
         settings = dataclasses.replace(settings, batch_runs=batch_runs)
     calibrators = [canonical_calibrator(c) for c in request.calibrators]
@@ -589,13 +728,21 @@ def run_benchmark(
     if any(f < 0 or f >= settings.n_folds for f in request.folds):
         raise ConfigError(f"folds must be within 0..{settings.n_folds - 1}")
     out_dir = Path(out_dir)
+    with results_lock(out_dir, wait=wait, notify=notify):
+        return _run_benchmark_locked(request, settings, out_dir, calibrators, save_predictions, progress, workers,
+                                     batch_runs, resume_from, models_per_batch, batch_calibrators)
+
+
+def _run_benchmark_locked(request, settings, out_dir: Path, calibrators, save_predictions, progress, workers,
+                          batch_runs, resume_from, models_per_batch, batch_calibrators) -> pd.DataFrame:
     results_path = out_dir / "results.csv"
-    if resume_from is not None:
-        copy_finished_rows(Path(resume_from), results_path, request, settings)
-    existing = read_results(results_path)
-    done = {tuple(r) for r in existing[[*KEY_COLUMNS, "seed"]].astype(str).itertuples(index=False)}
     runs = make_runs(request.dataset, request.backbone, request.splits, request.inits, request.folds)
     load_graph(runs[0].dataset, settings)  # fail fast on missing data, before any progress bar
+    check_results_file(results_path, runs, settings)  # before anything is added
+    if resume_from is not None:
+        copy_finished_rows(Path(resume_from), results_path, request, settings, planned_runs(runs, settings))
+    existing = read_results(results_path)
+    done = {tuple(r) for r in existing[[*KEY_COLUMNS, "seed"]].astype(str).itertuples(index=False)}
     predictions_dir = out_dir / "predictions" if save_predictions else None
     jobs = []  # (run, calibrators still missing from results.csv)
     for run in runs:
@@ -617,6 +764,8 @@ def run_benchmark(
         counted = _Counted(rows_per_job, len(jobs))
         for rows in progress(counted) if progress else counted:
             append_rows(results_path, rows)  # the parent alone writes results.csv, each run as it finishes
+            if rows:
+                finished_run()  # the fault hook ($SIMCALIB_FAULT_KILL_AFTER)
             other_backbone += [row for row in rows[:1] if known.get(_run_key(row), {row["backbone_digest"]})
                                - {row["backbone_digest"]}]
     if other_backbone:
@@ -634,7 +783,7 @@ def run_benchmark(
 
 __all__ = [
     "AUDIT_COLUMNS", "KEY_COLUMNS", "RESULT_COLUMNS", "backbone_digest", "BenchmarkRequest", "ProtocolSettings", "Run", "append_rows",
-    "calibration_graph", "copy_finished_rows", "evaluate_calibrator", "fit_calibrator_across_runs", "fits_across_runs", "load_graph", "make_runs", "read_results", "rewrite_results",
+    "calibration_graph", "check_results_file", "copy_finished_rows", "describe_split_sources", "evaluate_calibrator", "fit_calibrator_across_runs", "fits_across_runs", "load_graph", "make_runs", "planned_runs", "read_results", "rewrite_results", "run_definition",
     "run_benchmark", "run_split", "run_split_sources", "summarize", "train_split_backbones",
     "train_run_backbone",
 ]

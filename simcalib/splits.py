@@ -11,10 +11,18 @@ loaded when available so runs use the exact published splits, otherwise splits a
 Where fixed files exist for a dataset and protocol, a split index without a file (e.g. split 7 of 5 files) is
 refused unless generated splits are allowed explicitly: silently drawing it would mix the published splits
 with others in one table. :func:`split_sources` says which splits of a selection are fixed and which drawn.
+
+Where the fixed files are looked for (:func:`resolve_splits_dir`): an explicit folder (``--splits-dir``, a
+study's ``data.splits_dir``); else ``$SIMCALIB_SPLITS_DIR``; else ``../shared/datasets/splits`` beside the
+checkout; else ``<data root>/splits``. For the paper's protocol (``5_3f_85``) a benchmark without fixed files is
+refused unless generated splits are allowed explicitly (``--generated-splits``, ``runs.generated_splits``);
+other label rates have no published files and are always generated. ``none`` as the folder means "no fixed
+files". Every results row records which split it ran on (:func:`split_digest`, :func:`split_source_label`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import zipfile
@@ -27,6 +35,10 @@ from simcalib.errors import ConfigError, DataCorruptError
 from simcalib.seeding import derive_seed
 
 SPLITS_ENV = "SIMCALIB_SPLITS_DIR"
+PAPER_PROTOCOL = "5_3f_85"  # the protocol of the GATS fixed split files (5% per fold, 3 folds, 85% test)
+NO_SPLITS_DIR = "none"  # as a splits folder: use no fixed files
+# the fixed splits as they sit beside a checkout of this repository (../shared/datasets/splits)
+CHECKOUT_SPLITS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "splits"
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,21 @@ class Split:
             raise ConfigError(f"fold {fold} out of range: this split has {self.n_folds} folds (0..{self.n_folds - 1})")
         train = np.concatenate([f for i, f in enumerate(self.folds) if i != fold])
         return np.sort(train), np.sort(self.folds[fold]), np.sort(self.test)
+
+
+def split_digest(split: Split) -> str:
+    """16 hex digits of SHA-256 over the split's node indices: each fold, then the test set, in file order."""
+    digest = hashlib.sha256()
+    for part in (*split.folds, split.test):
+        array = np.ascontiguousarray(part, dtype="<i8")
+        digest.update(len(array).to_bytes(8, "little"))
+        digest.update(array.tobytes())
+    return digest.hexdigest()[:16]
+
+
+def split_source_label(split: Split) -> str:
+    """``fixed:<file>`` for a split read from a fixed file, ``generated`` for one drawn from the seed."""
+    return "generated" if split.source.startswith("generated") else f"fixed:{split.source}"
 
 
 def generate_split(
@@ -97,10 +124,32 @@ def protocol_name(fold_rate: float, n_folds: int, test_rate: float) -> str:
     return f"{round(fold_rate * 100, 6):g}_{n_folds}f_{round(test_rate * 100, 6):g}"
 
 
-def default_splits_dir() -> Path | None:
-    """The fixed-splits folder: ``$SIMCALIB_SPLITS_DIR`` if set, else None."""
+def resolve_splits_dir(explicit: str | os.PathLike | None = None,
+                       data_root: str | os.PathLike | None = None) -> tuple[Path | None, str]:
+    """(fixed-splits folder or None, where it came from): ``explicit``; else ``$SIMCALIB_SPLITS_DIR``; else
+    ``../shared/datasets/splits`` beside the checkout; else ``<data root>/splits`` when it exists."""
+    if explicit:
+        if str(explicit).lower() == NO_SPLITS_DIR:
+            return None, "no fixed splits (--splits-dir none)"
+        return Path(explicit), "given"
     value = os.environ.get(SPLITS_ENV)
-    return Path(value) if value else None
+    if value:
+        if value.lower() == NO_SPLITS_DIR:
+            return None, f"no fixed splits (${SPLITS_ENV}=none)"
+        return Path(value), f"${SPLITS_ENV}"
+    if CHECKOUT_SPLITS.is_dir():
+        return CHECKOUT_SPLITS, "beside the checkout"
+    from simcalib.data.loading import data_root as default_data_root
+
+    cached = default_data_root(data_root) / "splits"
+    if cached.is_dir():
+        return cached, "cached under the data root"
+    return None, "no splits folder found"
+
+
+def default_splits_dir(data_root: str | os.PathLike | None = None) -> Path | None:
+    """The fixed-splits folder when none is given explicitly (:func:`resolve_splits_dir`)."""
+    return resolve_splits_dir(None, data_root)[0]
 
 
 def find_split_file(splits_dir: Path | None, dataset: str, split: int, protocol: str) -> Path | None:
@@ -146,6 +195,14 @@ def split_sources(dataset: str, splits: list[int], splits_dir: Path | None, fold
     protocol = protocol_name(fold_rate, n_folds, test_rate)
     fixed = fixed_split_indices(splits_dir, dataset, protocol)
     missing = [s for s in splits if s not in fixed]
+    if not fixed and protocol == PAPER_PROTOCOL and not generated_splits:
+        where = (f"{splits_dir} has no gats_{protocol}/{dataset}/split_<s>.npz" if splits_dir is not None else
+                 f"no splits folder is set or found (${SPLITS_ENV}, ../shared/datasets/splits beside the checkout, "
+                 "<data root>/splits)")
+        raise ConfigError(
+            f"{dataset}: the paper's fixed GATS splits (gats_{protocol}) are not available: {where}; point "
+            f"--splits-dir (or ${SPLITS_ENV}, study file: data.splits_dir) at the GATS split files, or use splits "
+            "drawn from the seed instead with --generated-splits (study file: runs.generated_splits: true)")
     if fixed and missing and not generated_splits:
         raise ConfigError(
             f"{dataset}: split(s) {', '.join(map(str, missing))} have no fixed split file (there are {len(fixed)}: "
@@ -156,13 +213,28 @@ def split_sources(dataset: str, splits: list[int], splits_dir: Path | None, fold
 
 def record_split_sources(out: Path, sources: dict[int, str]) -> None:
     """``OUT/splits.json``: which splits came from fixed files and which were generated (merged over runs of
-    the same folder, so a resumed or extended benchmark keeps the record of every split it used)."""
+    the same folder, so a resumed or extended benchmark keeps the record of every split it used). A split
+    recorded with another source is refused (ConfigError), and the file is left as it is."""
     out = Path(out)
     path = out / "splits.json"
-    recorded = json.loads(path.read_text()) if path.is_file() else {}
-    recorded.update({str(split): source for split, source in sources.items()})
+    try:
+        recorded = json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        raise ConfigError(f"{path} is not valid JSON; restore it (it records each split's source) or delete it") from None
+    changed = {str(s): (recorded[str(s)], source) for s, source in sources.items()
+               if str(s) in recorded and recorded[str(s)] != source}
+    if changed:
+        what = ", ".join(f"split {s}: {old} there, {new} now" for s, (old, new) in sorted(changed.items()))
+        raise ConfigError(f"{path}: the results in {out} were computed on other splits ({what}); use the split "
+                          "source of those results (--splits-dir, $SIMCALIB_SPLITS_DIR, --generated-splits) or "
+                          "another output folder")
+    merged = {**recorded, **{str(split): source for split, source in sources.items()}}
+    if merged == recorded and path.is_file():
+        return
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dict(sorted(recorded.items(), key=lambda kv: int(kv[0]))), indent=1) + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(dict(sorted(merged.items(), key=lambda kv: int(kv[0]))), indent=1) + "\n")
+    tmp.replace(path)
 
 
 def load_split_file(path: Path, num_nodes: int) -> Split:

@@ -2,6 +2,7 @@ import pandas as pd
 import pytest
 
 from simcalib.errors import ConfigError
+from simcalib.integrity import DEFINITION_COLUMNS
 from simcalib.protocol import (
     AUDIT_COLUMNS,
     RESULT_COLUMNS,
@@ -135,11 +136,14 @@ def test_rows_of_the_figures_calibrators_carry_their_binned_test_predictions(set
 
 def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_row(tmp_path):
     path = tmp_path / "results.csv"
-    old_columns = [c for c in RESULT_COLUMNS if c not in AUDIT_COLUMNS and c not in ("backbone_digest", "figure_bins")]
+    later = ("backbone_digest", "figure_bins", *DEFINITION_COLUMNS)
+    old_columns = [c for c in RESULT_COLUMNS if c not in AUDIT_COLUMNS and c not in later]
     old = pd.DataFrame([{c: 1 for c in old_columns}])
     old.to_csv(path, index=False)
     audit = {c: None for c in AUDIT_COLUMNS} | {"w": 0.8, "t": 0.5}  # as evaluate_calibrator writes it
-    append_rows(path, [{**{c: 2 for c in old_columns}, **audit, "backbone_digest": "0123456789abcdef", "figure_bins": None}])
+    definition = {"split_digest": "00000000000000aa", "data_digest": "00000000000000bb", "split_source": "generated"}
+    append_rows(path, [{**{c: 2 for c in old_columns}, **audit, "backbone_digest": "0123456789abcdef", "figure_bins": None,
+                        **definition}])
     both = pd.read_csv(path)
     assert list(both.columns[:len(RESULT_COLUMNS)]) == RESULT_COLUMNS and len(both) == 2
     assert both["ece"].tolist() == [1, 2] and pd.isna(both.loc[0, "w"]) and both.loc[1, "w"] == 0.8

@@ -40,10 +40,15 @@ def register(sub) -> None:
                        help="labelled fraction L (default 0.15 = 3 folds x 5%%); other rates use generated splits")
     bench.add_argument("--out", default=None, help="output folder (default: results/<dataset>_<backbone>)")
     bench.add_argument("--save-predictions", action="store_true", help="also save test probabilities per run and calibrator")
-    bench.add_argument("--splits-dir", help="fixed GATS split files (default: $SIMCALIB_SPLITS_DIR; absent: generated)")
+    bench.add_argument("--splits-dir", help="fixed GATS split files (default: $SIMCALIB_SPLITS_DIR, else "
+                                            "../shared/datasets/splits beside the checkout, else DATA_ROOT/splits; "
+                                            "'none': no fixed files)")
     bench.add_argument("--generated-splits", action="store_true",
-                       help="allow split indices without a fixed split file (e.g. --splits 9 with 5 files): they are drawn "
-                            "from the seed by the same rule; without it such a selection is refused")
+                       help="allow splits drawn from the seed by the same rule where no fixed split file is found (no "
+                            "fixed files at all, or e.g. --splits 9 with 5 files); without it the paper's 15%% protocol "
+                            "refuses to run on anything but the fixed files")
+    bench.add_argument("--wait", action="store_true",
+                       help="if another command writes to the same --out, wait for it to finish instead of failing")
     bench.add_argument("--cache-dir", help="backbone cache (default: $SIMCALIB_CACHE_DIR or .cache/simcalib)")
     bench.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     bench.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
@@ -77,7 +82,16 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.calibrators import canonical_calibrator
     from simcalib.data import get_spec
     from simcalib.errors import ConfigError
-    from simcalib.protocol import BenchmarkRequest, run_benchmark, run_split_sources, summarize
+    from simcalib.integrity import results_lock
+    from simcalib.protocol import (
+        BenchmarkRequest,
+        check_results_file,
+        describe_split_sources,
+        make_runs,
+        run_benchmark,
+        run_split_sources,
+        summarize,
+    )
     from simcalib.splits import record_split_sources
     from simcalib.study import load_study
 
@@ -106,10 +120,16 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"results/{dataset}_{backbone}")
     request = BenchmarkRequest(dataset, backbone, calibrators, args.splits, args.inits, args.folds,
                                calibrator_options=options)
-    record_split_sources(out, run_split_sources(dataset, args.splits, settings))  # refuses a fixed/generated mix
+    sources = describe_split_sources(dataset, args.splits, settings)  # refuses a fixed/generated mix
+    print(f"splits: {sources}", flush=True)
     progress = None if args.no_progress else (lambda runs: tqdm(runs, desc=f"{dataset}-{backbone}", unit="run"))
+    notify = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(), results_lock(out, wait=args.wait, notify=notify):
+            # the folder's rows and splits.json must be of these runs' splits before anything is written
+            check_results_file(out / "results.csv", make_runs(dataset, backbone, args.splits, args.inits, args.folds),
+                               settings)
+            record_split_sources(out, run_split_sources(dataset, args.splits, settings))
             results = run_benchmark(request, settings, out, save_predictions=args.save_predictions, progress=progress,
                                     workers=args.workers, batch_runs=args.batch_runs, resume_from=args.resume_from,
                                     models_per_batch=args.models_per_batch, batch_calibrators=args.batch_calibrators)
@@ -117,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"\ninterrupted: finished runs are kept in {out / 'results.csv'}; the same command resumes", file=sys.stderr)
         return 130
     print_summary(summarize(results))
-    print(f"\n{len(results)} rows in {out / 'results.csv'}")
+    print(f"\n{len(results)} rows in {out / 'results.csv'}\nsplits: {sources}")
     return 0
 
 

@@ -45,7 +45,6 @@ def test_locations_do_not_change_the_key(tmp_path):
 
 
 def test_the_fixed_split_file_content_is_part_of_the_key(splits_dir, monkeypatch):
-    monkeypatch.delenv("SIMCALIB_SPLITS_DIR", raising=False)  # None then means generated splits
     with_files = dataclasses.replace(SETTINGS, splits_dir=str(splits_dir))
-    generated = dataclasses.replace(SETTINGS, splits_dir=None)
+    generated = dataclasses.replace(SETTINGS, splits_dir="none", generated_splits=True)  # no fixed files
     assert pretrain_key(RUN, with_files) != pretrain_key(RUN, generated)
