@@ -9,7 +9,7 @@
   hold, so an interrupted search re-run with the same command does exactly the missing trials.
 * **Sampler**: seeded TPE (or a grid over an all-categorical space). The seed derives from the study seed,
   the study name, the worker index and the number of trials already stored, so a resumed search does not
-  replay the random start-up proposals of its first session.
+  replay the random start-up proposals of its first call.
 * **Pruner**: the median pruner sees the running mean of the per-run objective after each run, the runs
   visited in an order that alternates splits, and judges a trial from its third run on.
 * **Tracking**: each trial is an MLflow run (optuna-integration's MLflowCallback) in the experiment named
@@ -82,7 +82,7 @@ class SearchRequest:
     prune: bool = True
     pruner_startup_trials: int = 5  # complete trials before anything is pruned
     pruner_warmup_runs: int = 2  # a trial is judged from its 3rd run on (runs alternate splits: tuning_order)
-    timeout: float | None = None  # seconds for this session's trials
+    timeout: float | None = None  # seconds for this call's trials
 
 
 @dataclass
@@ -93,7 +93,7 @@ class SearchResult:
     complete: int
     pruned: int
     failed: int
-    new_trials: int  # trials started by this session
+    new_trials: int  # trials started by this call
     best_value: float | None
     best_params: dict | None
     best_trial: int | None

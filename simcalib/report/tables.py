@@ -31,7 +31,7 @@ BACKBONE_ORDER = ("GCN", "GAT")
 MAIN_METHODS = ("UnCal", "TS", "VS", "ETS", "CaGCN", "GATS", "SimCalib")
 # SimCalib's objectives (joint: the paper's; separate: branches alone) and tuned settings, beside the baselines
 VARIANT_METHODS = ("TS", "GATS", "GATS_tuned", "SimCalib", "SimCalib_stop_nll", "SimCalib_separate", "SimCalib_tuned")
-# The calibrators beyond the paper's seven (issue 13), shown beside them in tables of their own.
+# The calibrators beyond the paper's seven, shown beside them in tables of their own.
 EXTRA_CALIBRATORS = ("Dirichlet", "IRM", "Spline", "OrderInvariant", "GETS")
 EXTRA_METHODS = MAIN_METHODS + EXTRA_CALIBRATORS
 ABLATION_METHODS = ("SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n", "SimCalib")
