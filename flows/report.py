@@ -8,7 +8,7 @@ the study flow's), in which case the artifacts go to that run under ``report/``.
 Usage::
 
     from flows.report import report_flow
-    report_flow("results/quick", "reports/quick", paper_dir="../shared/paper")
+    report_flow("results/quick", "results/quick/report", paper_dir="../shared/paper")
 """
 
 from __future__ import annotations

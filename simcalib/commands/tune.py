@@ -66,7 +66,7 @@ def register(sub) -> None:
     evaluate.add_argument("--eval-folds", type=count_or_list, default=list(range(3)), help="default 3")
     evaluate.add_argument("--eval-out", default=None, help="benchmark results folder (default: results/tuning/<study>)")
     evaluate.add_argument("--report", default=None,
-                          help="report path (default: reports/tuning/<dataset>_<backbone>_<calibrator>.md)")
+                          help="report path (default: results/tuning/<dataset>_<backbone>_<calibrator>.md)")
     protocol = tune.add_argument_group("protocol")
     protocol.add_argument("--seed", type=int, default=10, help="study seed (the paper's: 10)")
     protocol.add_argument("--splits-dir", help="fixed GATS split files (default: $SIMCALIB_SPLITS_DIR; absent: generated)")
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
 
     # the command line, for the report (only when run as the `simcalib` program, not from tests)
     command = "simcalib " + shlex.join(sys.argv[1:]) if Path(sys.argv[0]).name == "simcalib" else None
-    report = Path(args.report or f"reports/tuning/{dataset}_{backbone}_{calibrator}.md".lower())
+    report = Path(args.report or f"results/tuning/{dataset}_{backbone}_{calibrator}.md".lower())
     out = Path(args.eval_out or f"results/tuning/{name}")
     evaluation = evaluate_tuned(request, settings, out, report, args.eval_splits, args.eval_inits, args.eval_folds,
                                 command=command, progress=lambda runs: tqdm(runs, unit="run", desc=name))
