@@ -144,14 +144,16 @@ def test_gradients_reach_every_trainable_parameter(name, options):
 
 @pytest.mark.parametrize("name", calibrator_names())
 def test_poisoning_test_labels_leaves_the_fitted_calibrator_unchanged(name):
+    """A calibrator reads the labels of the training folds and the calibration fold only: given a graph whose
+    other labels are visible (CalibrationGraph.from_run would hide them), wrong ones change nothing."""
     logits, hidden, edge_index, y, train_idx, cal_idx = tiny_problem()
     test_nodes = torch.ones(len(y), dtype=torch.bool)
     test_nodes[train_idx] = False
     test_nodes[cal_idx] = False
     poisoned = y.clone()
     poisoned[test_nodes] = (y[test_nodes] + 1) % NUM_CLASSES  # every test label wrong
-    clean = CalibrationGraph.from_run(logits, hidden, edge_index, y, train_idx, cal_idx)
-    dirty = CalibrationGraph.from_run(logits, hidden, edge_index, poisoned, train_idx, cal_idx)
+    clean = CalibrationGraph(logits, hidden, edge_index, y.clone(), train_idx, cal_idx)
+    dirty = CalibrationGraph(logits, hidden, edge_index, poisoned, train_idx, cal_idx)
     assert torch.equal(fitted(name, clean).predict_proba(clean), fitted(name, dirty).predict_proba(dirty))
 
 
@@ -315,7 +317,7 @@ def test_simcalib_audit_reports_the_chosen_point_and_temperatures():
     model = fitted("SimCalib", graph)
     row = model.audit(graph, graph.cal_idx)
     assert (row["w"], row["t"]) == (model.fit_info["w"], model.fit_info["t"])
-    assert row["t_feat_mean"] > 0 and row["t_move_mean"] > 0 and row["t_feat_std"] >= 0
+    assert row["t_feat_mean"] > 0 and row["t_move_mean"] > 0 and row["t_feat_std"] > 1e-3
     assert build_calibrator("TS", graph.num_classes).audit(graph, graph.cal_idx) == {}
 
 
