@@ -40,6 +40,9 @@ def register(sub) -> None:
     report.add_argument("--splits", type=count_or_list, default=None,
                         help="only these splits' runs, e.g. =1,2,3,4 (the splits no default was chosen on); default: all")
     report.add_argument("--flow", action="store_true", help="run as the Prefect flow `report`")
+    report.add_argument("--dedupe", action="store_true",
+                        help="where a results folder repeats a run with identical rows (e.g. appended twice), count "
+                             "the first once instead of refusing the folder (repeats that differ are still refused)")
     report.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI to log the report to (default: $MLFLOW_TRACKING_URI; unset: no logging)")
     report.set_defaults(func=run)
@@ -109,6 +112,15 @@ def run_every(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    import contextlib
+
+    from simcalib.report.results import dedupe_identical
+
+    with dedupe_identical() if getattr(args, "dedupe", False) else contextlib.nullcontext():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.every:
         if args.source or args.out or args.title or args.splits:
             raise ConfigError("--every takes each report's source, --out, --title and --splits from the manifest; "

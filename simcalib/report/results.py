@@ -2,14 +2,21 @@
 
 A study writes one results folder per benchmark (``DIR/results.csv``, and with ``--save-predictions``
 ``DIR/predictions/<Dataset>_<Backbone>_s<split>_i<init>_f<fold>_<Calibrator>.npz``). The report reads all of
-them, concatenated; it never retrains. Rows that repeat a run (same key, seed and label rate) are kept once.
+them, concatenated; it never retrains. A folder whose rows repeat a run (same dataset, backbone, calibrator,
+split, init, fold and label rate), or hold one split or dataset under two digests (two split definitions
+pooled as one), is refused with the offending keys (:func:`simcalib.integrity.check_results`): a run counted
+twice would bias every mean and test. Within :func:`dedupe_identical` (``simcalib report --dedupe``) the first
+of repeats that agree in every column but their timing is kept. A run present in two folders of an explicit
+list of folders is counted once (the later folder's row).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +24,20 @@ import numpy as np
 import pandas as pd
 
 from simcalib.errors import ConfigError, DataCorruptError, DataMissingError
+from simcalib.integrity import check_results
 from simcalib.protocol import KEY_COLUMNS, RESULT_COLUMNS, read_results
+
+_DEDUPE = contextvars.ContextVar("simcalib_report_dedupe", default=False)
+
+
+@contextlib.contextmanager
+def dedupe_identical() -> Iterator[None]:
+    """Inside the block, results loading keeps the first of identical repeated rows instead of refusing."""
+    token = _DEDUPE.set(True)
+    try:
+        yield
+    finally:
+        _DEDUPE.reset(token)
 
 PROTOCOL_LABEL_RATE = 0.15  # 3 folds x 5% of each class (PROTOCOL section 2)
 REQUIRED_COLUMNS = [*KEY_COLUMNS, "ece"]
@@ -77,7 +97,7 @@ def find_results_files(root: Path) -> list[Path]:
 
 
 def read_results_file(path: Path) -> pd.DataFrame:
-    """One results.csv, checked for the columns the report needs."""
+    """One results.csv, checked for the columns the report needs, repeated runs and mixed digests."""
     try:
         frame = read_results(path)
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
@@ -86,7 +106,18 @@ def read_results_file(path: Path) -> pd.DataFrame:
     if missing and len(frame.columns):
         raise DataCorruptError(f"{path}: missing column(s) {', '.join(missing)}; expected the results format "
                                f"({', '.join(RESULT_COLUMNS)}) written by `simcalib benchmark`")
-    return frame
+    return _checked(frame, str(path))
+
+
+def _checked(rows: pd.DataFrame, where: str) -> pd.DataFrame:
+    before = len(rows)
+    rows = check_results(rows, where, dedupe=_DEDUPE.get())
+    if len(rows) < before:
+        _DEDUPED.append(f"{before - len(rows)} identical repeated result row(s) in {where} were counted once (--dedupe).")
+    return rows
+
+
+_DEDUPED: list[str] = []  # notes of the rows --dedupe dropped, collected by load_study_results
 
 
 def load_study_results(root: str | os.PathLike | Sequence[str | os.PathLike]) -> StudyResults:
@@ -110,6 +141,7 @@ def load_study_results(root: str | os.PathLike | Sequence[str | os.PathLike]) ->
     base = root.parent if root.is_file() else root
     notes: list[str] = []
     frames = []
+    _DEDUPED.clear()
     for path in files:
         frame = read_results_file(path)
         if len(frame):
@@ -120,7 +152,8 @@ def load_study_results(root: str | os.PathLike | Sequence[str | os.PathLike]) ->
     for column in RESULT_COLUMNS:
         if column not in rows.columns:
             rows[column] = np.nan
-    rows = _deduplicate(rows, notes)
+    rows = _checked(rows, f"the results below {root}")  # the same run in two of its results.csv files
+    notes += _DEDUPED
     rows = _drop_non_finite(rows, notes)
     predictions = index_predictions(base if root.is_file() else root, rows)
     return StudyResults(root, rows.reset_index(drop=True), predictions, notes)
@@ -132,6 +165,7 @@ def _merge(parts: list[StudyResults]) -> StudyResults:
     rows = pd.concat([part.rows.assign(source=[str(part.root / s) for s in part.rows["source"]])
                       for part in parts if len(part.rows)] or [parts[0].rows], ignore_index=True)
     rows = _deduplicate(rows, notes)
+    rows = check_results(rows, "the results of " + ", ".join(str(part.root) for part in parts))  # mixed digests
     predictions = pd.concat([part.predictions for part in parts], ignore_index=True)
     root = Path(", ".join(str(part.root) for part in parts))  # shown to the reader as the list it is
     return StudyResults(root, rows.reset_index(drop=True), predictions, notes)
@@ -211,5 +245,5 @@ def load_predictions(path: str | os.PathLike) -> RunPredictions:
     return RunPredictions(probs, labels, distance)
 
 
-__all__ = ["PROTOCOL_LABEL_RATE", "RunPredictions", "StudyResults", "index_predictions", "load_predictions",
-           "load_study_results"]
+__all__ = ["PROTOCOL_LABEL_RATE", "RunPredictions", "StudyResults", "dedupe_identical", "index_predictions",
+           "load_predictions", "load_study_results"]

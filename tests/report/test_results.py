@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from simcalib.errors import DataCorruptError, DataMissingError, SimCalibError
-from simcalib.report.results import load_predictions, load_study_results
+from simcalib.report.results import dedupe_identical, load_predictions, load_study_results
 
 from .synthetic import write_benchmark
 
@@ -23,11 +23,63 @@ def test_every_results_file_below_the_folder_is_read_with_its_label_rate(synthet
     assert set(study.predictions["calibrator"]) >= {"SimCalib_w0.5", "SimCalib_l"}  # names with underscores
 
 
-def test_repeated_rows_are_counted_once(tmp_path):
+def test_a_run_repeated_in_one_folder_is_refused_unless_identical_repeats_are_deduplicated(tmp_path):
     write_benchmark(tmp_path / "a", "Cora", "GCN", ["UnCal"], predictions=False)
     write_benchmark(tmp_path / "copy_of_a", "Cora", "GCN", ["UnCal"], predictions=False)
-    study = load_study_results(tmp_path)
-    assert len(study.rows) == 6 and any("counted once" in n for n in study.notes)
+    with pytest.raises(DataCorruptError, match=r"6 result row\(s\) repeat a run \(Cora/GCN/UnCal s0 i0 f0") as info:
+        load_study_results(tmp_path)
+    assert "\n" not in str(info.value) and "--dedupe" in str(info.value)
+    with dedupe_identical():
+        study = load_study_results(tmp_path)
+    assert len(study.rows) == 6 and any("counted once (--dedupe)" in n for n in study.notes)
+    assert set(study.rows["source"]) == {"a"}  # the first of the repeats
+    # repeats that differ (here in their ECE) are refused even with --dedupe: there is no right one to keep
+    frame = pd.read_csv(tmp_path / "copy_of_a" / "results.csv")
+    frame.loc[0, "ece"] += 1
+    frame.to_csv(tmp_path / "copy_of_a" / "results.csv", index=False)
+    with dedupe_identical(), pytest.raises(DataCorruptError, match="they differ"):
+        load_study_results(tmp_path)
+
+
+def test_a_run_appended_twice_to_one_file_is_refused_naming_the_file(tmp_path):
+    write_benchmark(tmp_path / "a", "Cora", "GCN", ["UnCal", "TS"], predictions=False)
+    path = tmp_path / "a" / "results.csv"
+    frame = pd.read_csv(path)
+    pd.concat([frame, frame.iloc[[3]]]).to_csv(path, index=False)  # as two writers appending the same run
+    with pytest.raises(DataCorruptError, match=f"{path}: 1 result row"):
+        load_study_results(tmp_path)
+
+
+def test_one_split_under_two_digests_is_refused_and_rows_without_digests_load(tmp_path):
+    write_benchmark(tmp_path / "a", "Cora", "GCN", ["UnCal", "TS"], predictions=False)
+    path = tmp_path / "a" / "results.csv"
+    assert len(load_study_results(tmp_path).rows) == 12  # written without digests (as before they existed)
+    frame = pd.read_csv(path)
+    frame["split_digest"] = ["aaaa" if s == 0 else "bbbb" for s in frame["split"]]
+    frame["data_digest"] = "cccc"
+    frame.to_csv(path, index=False)
+    assert len(load_study_results(tmp_path).rows) == 12  # one digest per split: fine
+    frame.loc[(frame["split"] == 1) & (frame["init"] == 0) & (frame["fold"] == 2), "split_digest"] = "dddd"
+    frame.to_csv(path, index=False)
+    with pytest.raises(DataCorruptError, match="rows of one split were computed on different split_digests "
+                                               r"\(Cora 1 0.15\)"):
+        load_study_results(tmp_path)
+    frame["split_digest"] = "aaaa"
+    frame.loc[0, "data_digest"] = "eeee"
+    frame.to_csv(path, index=False)
+    with pytest.raises(DataCorruptError, match="different data_digests"):
+        load_study_results(tmp_path)
+
+
+def test_committed_results_without_the_definition_columns_still_load():
+    from pathlib import Path
+
+    files = sorted((Path(__file__).resolve().parents[2] / "reports").rglob("results.csv"))
+    old = [f for f in files if "split_digest" not in pd.read_csv(f, nrows=0).columns]
+    if not old:
+        pytest.skip("no committed results.csv without the definition columns")
+    rows = load_study_results(old[0]).rows
+    assert len(rows) and rows["split_digest"].isna().all()
 
 
 def test_several_folders_are_read_as_one_study_with_their_predictions(tmp_path):
