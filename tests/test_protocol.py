@@ -58,6 +58,8 @@ def test_a_run_recomputed_alone_gives_the_same_numbers(settings, tmp_path):
 
 def test_fit_calibrator_fits_the_model_whose_numbers_evaluate_calibrator_reports(settings):
     """The benchmarks time fit_calibrator's fits; they must be the study's fits, seeded the same way."""
+    import time
+
     import torch
 
     from simcalib.metrics import compute_metrics
@@ -65,12 +67,14 @@ def test_fit_calibrator_fits_the_model_whose_numbers_evaluate_calibrator_reports
 
     run = Run("Cora", "GCN", 0, 0, 1)
     options = {"max_epochs": 30, "patience": 5}
+    start = time.perf_counter()
     fitted = fit_calibrator(run, settings, "simcalib", options)
+    wall = time.perf_counter() - start
     with torch.no_grad():
         probs = fitted.model.predict_proba(fitted.graph).cpu()[fitted.test_idx]
     metrics = compute_metrics(probs, load_graph("Cora", settings).y[fitted.test_idx])
     row = evaluate_calibrator(run, settings, "SimCalib", options)
-    assert fitted.fit_seconds > 0
+    assert 0 < fitted.fit_seconds <= wall  # the fit's own duration, within the call that made it
     assert (metrics["ece"], metrics["nll"]) == pytest.approx((row["ece"], row["nll"]), rel=1e-9)
     assert fitted.model.fit_info["w"] == row["w"]
 
@@ -113,7 +117,8 @@ def test_invalid_requests_fail_before_any_work(settings, tmp_path):
 def test_simcalib_rows_carry_the_chosen_grid_point_and_temperatures(settings):
     row = evaluate_calibrator(Run("Cora", "GCN", 0, 0, 0), settings, "SimCalib", {"max_epochs": 20, "patience": 5})
     assert row["w"] in (0.6, 0.8, 0.9) and row["t"] in (0.3, 0.5, 1.0)
-    assert row["t_feat_mean"] > 0 and row["t_move_mean"] > 0 and row["t_move_std"] >= 0
+    assert row["t_feat_mean"] > 0 and row["t_move_mean"] > 0
+    assert row["t_feat_std"] > 1e-4 and row["t_move_std"] > 1e-4  # node-wise temperatures, not one for all
     ts = evaluate_calibrator(Run("Cora", "GCN", 0, 0, 0), settings, "TS")
     assert all(ts[column] is None for column in AUDIT_COLUMNS)
 
