@@ -15,12 +15,14 @@ def probs_from(conf_top, pred, k=3):
 
 
 def test_ece_hand_computed():
-    # bin (0.6, 0.667]: confidences 0.62, 0.65, accuracy 1/2; bin (0.933, 1]: confidence 0.95, 1.0, accuracy 1
-    p = probs_from([0.62, 0.65, 0.95, 1.0], [0, 0, 1, 2])
-    y = np.array([0, 1, 1, 2])
-    expected = 2 / 4 * abs(0.5 - 0.635) + 2 / 4 * abs(1.0 - 0.975)
-    assert metrics.ece(p, y) == pytest.approx(expected)
-    assert metrics.mce(p, y) == pytest.approx(abs(0.5 - 0.635))
+    # bin (0.6, 0.667]: confidences 0.62, 0.64, 0.65, accuracy 2/3; bin (0.933, 1]: confidences 0.95, 1.0,
+    # accuracy 1. Unequal counts (3 and 2): each bin's gap weighs by its share of the nodes.
+    p = probs_from([0.62, 0.64, 0.65, 0.95, 1.0], [0, 0, 1, 1, 2])
+    y = np.array([0, 1, 1, 1, 2])
+    low, high = abs(2 / 3 - (0.62 + 0.64 + 0.65) / 3), abs(1.0 - 0.975)
+    assert metrics.ece(p, y) == pytest.approx(3 / 5 * low + 2 / 5 * high)
+    assert metrics.ece(p, y) != pytest.approx((low + high) / 2)  # not an unweighted mean over bins
+    assert metrics.mce(p, y) == pytest.approx(max(low, high))
 
 
 def test_confidence_exactly_on_a_bin_edge_goes_to_the_lower_bin_and_one_to_the_last():
