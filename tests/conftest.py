@@ -47,6 +47,14 @@ def splits_dir() -> Path:
     return SPLITS
 
 
+@pytest.fixture(scope="session")
+def paper_dir() -> Path:
+    """The paper's tables (``table1_ece.csv``...), under SIMCALIB_SHARED_DIR like the mirror and the splits."""
+    if not (PAPER / "table1_ece.csv").is_file():
+        pytest.skip(f"paper tables not found in {PAPER} (set SIMCALIB_SHARED_DIR)")
+    return PAPER
+
+
 def make_sbm_graph(num_nodes: int = 90, num_classes: int = 3, num_features: int = 24, seed: int = 0,
                    p_in: float = 0.15, p_out: float = 0.01):
     """A small stochastic-block-model graph with class-correlated sparse features (a GraphData)."""

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from simcalib.cli import main
@@ -13,14 +10,6 @@ from simcalib.report import build_report
 from .synthetic import write_benchmark
 
 SMALL_THEORY = {"n_values": [4], "d_values": [64], "a_values": [1.0]}
-PAPER_DIR = Path(os.environ.get("SIMCALIB_PAPER_DIR", Path(__file__).resolve().parents[3] / "shared" / "paper"))
-
-
-@pytest.fixture(scope="module")
-def paper_dir() -> Path:
-    if not (PAPER_DIR / "table1_ece.csv").is_file():
-        pytest.skip(f"paper tables not found in {PAPER_DIR}")
-    return PAPER_DIR
 
 
 def test_report_of_a_partial_study_has_tables_tests_figures_and_theory(synthetic_study, tmp_path, paper_dir):

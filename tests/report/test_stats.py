@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,14 +17,10 @@ from simcalib.report.stats import (
     wilcoxon_pvalue,
 )
 
-PAPER_DIR = Path(os.environ.get("SIMCALIB_PAPER_DIR", Path(__file__).resolve().parents[3] / "shared" / "paper"))
-
 
 @pytest.fixture
-def paper_table1_means() -> pd.DataFrame:
-    if not (PAPER_DIR / "table1_ece.csv").is_file():
-        pytest.skip(f"paper tables not found in {PAPER_DIR} (set SIMCALIB_PAPER_DIR)")
-    paper = load_paper_tables(PAPER_DIR)
+def paper_table1_means(paper_dir) -> pd.DataFrame:
+    paper = load_paper_tables(paper_dir)
     return paper.table("table1").pivot_table(index=["dataset", "backbone"], columns="method", values="mean")
 
 
