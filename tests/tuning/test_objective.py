@@ -58,25 +58,33 @@ def test_values_are_per_run_deterministic_and_differ_by_evaluation(tiny_protocol
     assert 0 < ece < 100
 
 
-def test_poisoned_test_labels_leave_the_objective_unchanged(tiny_protocol, monkeypatch):
+def test_poisoned_test_labels_leave_the_objective_unchanged(monkeypatch, tmp_path):
     """Every test-node label replaced by a wrong one: identical values. Poisoning calibration-fold labels
-    instead must change them (so this check can fail)."""
-    run = make_runs("cora", "gcn", [0], [0], [0])[0]
-    clean = list(CalibrationObjective("ts", [run], tiny_protocol).run_values(FAST_TS))
-    graph = protocol.load_graph(run.dataset, tiny_protocol)
-    split = protocol.run_split(run, tiny_protocol, graph)
+    instead must change them (so this check can fail). On a generated graph, each evaluation training its
+    backbone afresh in an empty cache (a backbone cached from the clean labels would hide a leak into it)."""
+    from conftest import make_sbm_graph
+
+    from simcalib.protocol import ProtocolSettings, Run
+    from simcalib.splits import generate_split
+
+    graph = make_sbm_graph(num_nodes=240, num_classes=3, num_features=32, seed=5, p_in=0.06, p_out=0.015)
+    split = generate_split(graph.y.numpy(), seed=3)  # as a fixed split file: the labels cannot move it
+    run = Run("Cora", "GCN", 0, 0, 0)  # "Cora" names the protocol defaults only
     _, cal_idx, test_idx = split.fold_indices(run.fold)
-    monkeypatch.setattr(protocol, "run_split", lambda r, s, g=None: split)  # the split may not move with the labels
+    monkeypatch.setattr(protocol, "run_split", lambda r, s, g=None: split)
+    caches = iter(range(10))
 
-    def poisoned(nodes):
+    def values(wrong_nodes):
         y = graph.y.clone()
-        y[nodes] = (y[nodes] + 1) % graph.num_classes
-        return dataclasses.replace(graph, y=y)
+        y[wrong_nodes] = (y[wrong_nodes] + 1) % graph.num_classes
+        monkeypatch.setattr(protocol, "load_graph", lambda dataset, settings: dataclasses.replace(graph, y=y))
+        settings = ProtocolSettings(cache_dir=str(tmp_path / f"cache-{next(caches)}"), device="cpu",
+                                    backbone_overrides=(("max_epochs", 60), ("patience", 20)))
+        return list(CalibrationObjective("ts", [run], settings).run_values(FAST_TS))
 
-    monkeypatch.setattr(protocol, "load_graph", lambda dataset, settings: poisoned(test_idx))
-    assert list(CalibrationObjective("ts", [run], tiny_protocol).run_values(FAST_TS)) == clean
-    monkeypatch.setattr(protocol, "load_graph", lambda dataset, settings: poisoned(cal_idx))
-    assert list(CalibrationObjective("ts", [run], tiny_protocol).run_values(FAST_TS)) != clean
+    clean = values(test_idx[:0])
+    assert values(test_idx) == clean
+    assert values(cal_idx) != clean
 
 
 def test_tuning_order_alternates_splits():
