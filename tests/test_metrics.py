@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -99,3 +101,90 @@ def test_reliability_bins_count_every_node():
     nonempty = bins.count > 0
     weighted_gap = (bins.count[nonempty] * np.abs(bins.accuracy[nonempty] - bins.confidence[nonempty])).sum() / 300
     assert weighted_gap == pytest.approx(metrics.ece(p, y))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Properties of the binned metrics on any sample (hypothesis)
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra.numpy import arrays  # noqa: E402
+
+ANY = settings(deadline=None, max_examples=150)
+
+
+@st.composite
+def samples(draw, max_nodes: int = 60):
+    """(probs [N, K], labels [N]): softmax of arbitrary logits, some rows one-hot (confidence exactly 1)."""
+    n = draw(st.integers(1, max_nodes))
+    k = draw(st.integers(2, 6))
+    logits = draw(arrays(np.float64, (n, k), elements=st.floats(-8, 8, allow_nan=False)))
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    one_hot = draw(arrays(np.bool_, (n,)))
+    p[one_hot] = np.eye(k)[p[one_hot].argmax(1)]
+    labels = draw(arrays(np.int64, (n,), elements=st.integers(0, k - 1)))
+    return p, labels
+
+
+@ANY
+@given(samples())
+def test_ece_lies_between_zero_and_the_largest_bin_gap(sample):
+    p, y = sample
+    ece, mce = metrics.ece(p, y), metrics.mce(p, y)
+    assert 0.0 <= ece <= mce + 1e-12 <= 1.0 + 1e-12
+    assert 0.0 <= metrics.compute_metrics(p, y)["ece"] <= 100.0
+
+
+@ANY
+@given(samples(), st.randoms(use_true_random=False))
+def test_binned_metrics_do_not_depend_on_the_order_of_the_nodes(sample, rnd):
+    p, y = sample
+    order = np.array(rnd.sample(range(len(y)), len(y)))
+    for metric in (metrics.ece, metrics.mce, metrics.classwise_ece):
+        assert metric(p[order], y[order]) == pytest.approx(metric(p, y), abs=1e-12)
+
+
+@ANY
+@given(st.lists(st.tuples(st.floats(0.34, 1.0), st.integers(1, 40)), min_size=1, max_size=8))
+def test_a_sample_calibrated_up_to_rounding_has_an_ece_within_that_rounding(groups):
+    """Groups of n nodes at confidence c (on class 0, above the other two classes' share) with round(c * n) of
+    them right: ECE <= sum_g |right_g - c_g n_g| / N."""
+    k = 3
+    probs, labels, slack = [], [], 0.0
+    for c, n in groups:
+        right = round(c * n)
+        slack += abs(right - c * n)
+        probs += [probs_from([c], [0], k)[0]] * n
+        labels += [0] * right + [1] * (n - right)
+    total = sum(n for _, n in groups)
+    assert metrics.ece(np.array(probs), np.array(labels)) <= slack / total + 1e-9
+
+
+def test_every_edge_of_the_studys_fifteen_bins_goes_to_the_bin_below():
+    edges = np.arange(1, metrics.N_BINS + 1) / metrics.N_BINS
+    assert metrics.bin_index(edges).tolist() == list(range(metrics.N_BINS))
+    assert metrics.bin_index(edges[:-1] + 1e-9).tolist() == list(range(1, metrics.N_BINS))
+
+
+@ANY
+@given(st.integers(1, 60), st.floats(0.0, 1.0))
+def test_a_confidence_goes_to_the_bin_that_holds_it_and_one_to_the_last(n_bins, c):
+    """Bin m-1 holds (m-1)/M < c <= m/M, in exact arithmetic, for c not within float rounding of an edge."""
+    from fractions import Fraction
+
+    exact = Fraction(c) * n_bins
+    if c > 0 and abs(exact - round(exact)) < Fraction(1, 10**9):
+        return  # on an edge: c * M may round to either side (the study's 15 edges are checked above)
+    want = min(max(math.ceil(exact) - 1, 0), n_bins - 1)
+    assert metrics.bin_index(np.array([c]), n_bins)[0] == want
+    assert metrics.bin_index(np.array([1.0, 0.0]), n_bins).tolist() == [n_bins - 1, 0]
+
+
+@ANY
+@given(st.integers(1, 30), st.integers(2, 5))
+def test_confident_and_right_everywhere_is_perfectly_calibrated(n, k):
+    p = np.eye(k)[np.arange(n) % k]  # confidence exactly 1
+    y = np.arange(n) % k
+    assert metrics.ece(p, y) == 0.0 and metrics.mce(p, y) == 0.0
+    assert metrics.ece(p, (y + 1) % k) == 1.0  # confident and always wrong: the largest ECE
