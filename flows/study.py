@@ -16,6 +16,13 @@ Shape of one study (``simcalib study run study/quick.yaml``, or a deployment in 
 (:mod:`flows.caching`), in ``<output>/task-results``: a study killed at any moment and started again
 reuses every finished task and ends with the same numbers. The tasks are plain functions underneath
 (``pretrain.fn(...)``) and can be tested without Prefect.
+
+The flow holds the study's output folder for its whole run, and each benchmark folder while writing it
+(:func:`simcalib.integrity.results_lock`): a second study (or a ``simcalib benchmark``) on the same folder
+fails with a line naming the holder. ``aggregate`` refuses to replace a ``results.csv`` whose rows were
+computed on another split or graph definition, and ``splits.json`` is never rewritten with another source.
+It prints at start where each benchmark's splits come from. ``$SIMCALIB_FAULT_KILL_AFTER=N`` kills the flow's
+process after its N-th finished calibrate task (for fault-injection tests).
 """
 
 from __future__ import annotations
@@ -33,11 +40,15 @@ from prefect.futures import as_completed
 from flows.caching import calibrate_across_runs_cache_key_fn, calibrate_cache_key_fn, pretrain_cache_key_fn
 from flows.runners import make_task_runner, shared_api_server
 from simcalib.errors import SimCalibError
+from simcalib.integrity import check_append, check_results, finished_run, results_lock
 from simcalib.protocol import (
     ProtocolSettings,
     Run,
     append_rows,
     backbone_config,
+    check_results_file,
+    describe_split_sources,
+    read_results,
     evaluate_calibrator,
     fit_calibrator_across_runs,
     fits_across_runs,
@@ -45,6 +56,7 @@ from simcalib.protocol import (
     train_run_backbone,
     train_split_backbones,
 )
+from simcalib.splits import check_split_sources
 from simcalib.study import BenchmarkPlan, Study, load_study, plan_study
 
 TASK_RESULTS = "task-results"  # under the study's output folder
@@ -113,11 +125,25 @@ def calibrate_and_evaluate_across_runs(runs: list[Run], settings: ProtocolSettin
                 for run, output, model in zip(runs, outputs, fitted)]
 
 
+def check_benchmark_rows(rows: list[dict], results: Path) -> None:
+    """Refuse (ConfigError / DataCorruptError, one line) to replace ``results`` by ``rows`` when its rows were
+    computed on another split, graph or seed than the same runs in ``rows``, or ``rows`` repeat a run."""
+    if not rows:
+        return
+    check_results(pd.DataFrame(rows), f"the rows for {results}")
+    planned = list({(r["dataset"], r["backbone"], r["split"], r["init"], r["fold"]): r for r in rows}.values())
+    check_append(read_results(results), planned, results,
+                 "the study's split source or data changed since those rows were written: use the earlier source "
+                 "(data.splits_dir, $SIMCALIB_SPLITS_DIR, runs.generated_splits) or another output folder")
+
+
 def write_benchmark_results(dataset: str, backbone: str, rows: list[dict], out_dir: str) -> dict:
-    """Write one benchmark's ``results.csv`` (rows in the given order) and ``summary.csv``."""
+    """Write one benchmark's ``results.csv`` (rows in the given order) and ``summary.csv``; refused when the
+    file there holds the same runs on another split or data definition (:func:`check_benchmark_rows`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.csv"
+    check_benchmark_rows(rows, results)
     partial = out / "results.csv.part"  # written whole, then renamed: a kill never leaves half a file
     partial.unlink(missing_ok=True)
     append_rows(partial, rows)
@@ -172,9 +198,16 @@ class _Tally:
 def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = None) -> dict:
     """Run the study described by ``study_file`` (``overrides``: nested keys that win over the file)."""
     study = load_study(study_file, overrides)
-    plan_study(study)  # fail on input before the task runner (a Dask cluster, processes) even starts
+    plans = plan_study(study)  # fail on input before the task runner (a Dask cluster, processes) even starts
     runner = study.spec.task_runner
-    with shared_api_server(runner):
+    with results_lock(study.output, command=f"simcalib study run {study_file}", notify=print), \
+            shared_api_server(runner):
+        for plan in plans:
+            print(f"splits: {plan.name}: "
+                  f"{describe_split_sources(plan.dataset, study.splits, plan.settings).split(': ', 1)[1]}")
+            # results already there must be of these runs' definitions: refuse now, not after computing
+            check_results_file(plan.out_dir / "results.csv", plan.runs, plan.settings)
+            check_split_sources(plan.out_dir, plan.split_sources)
         subflow = run_study.with_options(task_runner=make_task_runner(runner), name="run-study",
                                          flow_run_name=f"{study.name}-{runner.kind}")
         return subflow(study_file, overrides)
@@ -241,6 +274,7 @@ def run_study(study_file: str, overrides: dict | None = None) -> dict:
         done += 1
         what = f"calibrate {runs[0].tag()}{f' and {len(runs) - 1} more runs' if len(runs) > 1 else ''} {name}"
         if cal_tally.add(future, what):
+            finished_run()  # the fault hook ($SIMCALIB_FAULT_KILL_AFTER)
             result = future.result()
             for run, row in zip(runs, result if isinstance(result, list) else [result]):
                 order = (run.split, run.init, run.fold, [c for c, _ in plan.calibrators].index(name))
@@ -299,8 +333,10 @@ def _finish_benchmark(study: Study, plan: BenchmarkPlan, rows: list[dict], backb
     from flows.tracking import BenchmarkRecord, calibrator_hyperparameters, git_commit, package_versions
     from simcalib.splits import record_split_sources
 
-    written = aggregate(plan.dataset, plan.backbone, rows, str(plan.out_dir))
-    record_split_sources(plan.out_dir, plan.split_sources)
+    with results_lock(plan.out_dir, command=f"simcalib study run {study.source}"):
+        check_benchmark_rows(rows, plan.out_dir / "results.csv")  # before splits.json or results.csv change
+        record_split_sources(plan.out_dir, plan.split_sources)
+        written = aggregate(plan.dataset, plan.backbone, rows, str(plan.out_dir))
     results = pd.read_csv(written["results"])
     summary = pd.read_csv(written["summary"])
     spec = study.spec

@@ -217,6 +217,21 @@ def record_split_sources(out: Path, sources: dict[int, str]) -> None:
     recorded with another source is refused (ConfigError), and the file is left as it is."""
     out = Path(out)
     path = out / "splits.json"
+    recorded = check_split_sources(out, sources)
+    merged = {**recorded, **{str(split): source for split, source in sources.items()}}
+    if merged == recorded and path.is_file():
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(dict(sorted(merged.items(), key=lambda kv: int(kv[0]))), indent=1) + "\n")
+    tmp.replace(path)
+
+
+def check_split_sources(out: Path, sources: dict[int, str]) -> dict[str, str]:
+    """The record of ``OUT/splits.json`` (empty when absent); ConfigError when it names another source for one
+    of ``sources``' splits."""
+    out = Path(out)
+    path = out / "splits.json"
     try:
         recorded = json.loads(path.read_text()) if path.is_file() else {}
     except ValueError:
@@ -228,13 +243,7 @@ def record_split_sources(out: Path, sources: dict[int, str]) -> None:
         raise ConfigError(f"{path}: the results in {out} were computed on other splits ({what}); use the split "
                           "source of those results (--splits-dir, $SIMCALIB_SPLITS_DIR, --generated-splits) or "
                           "another output folder")
-    merged = {**recorded, **{str(split): source for split, source in sources.items()}}
-    if merged == recorded and path.is_file():
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(dict(sorted(merged.items(), key=lambda kv: int(kv[0]))), indent=1) + "\n")
-    tmp.replace(path)
+    return recorded
 
 
 def load_split_file(path: Path, num_nodes: int) -> Split:

@@ -1,4 +1,5 @@
-"""The study flow: tasks without Prefect, a tiny study end to end, caching, MLflow runs, kill -9 and resume."""
+"""The study flow: tasks without Prefect, a tiny study end to end, caching, MLflow runs, kill -9 and resume,
+refusals of another split source and of a second writer."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -124,8 +124,8 @@ def test_a_label_rate_sweep_in_one_study_gives_the_data_efficiency_figure(study_
     assert figure is not None and [ax.get_title() for ax in figure.axes if ax.get_visible()][0] == "Cora GCN"
 
 
-def _start(study_file: Path, api_url: str, home: Path) -> subprocess.Popen:
-    env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+def _start(study_file: Path, api_url: str, home: Path, **env) -> subprocess.Popen:
+    env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_HOME": str(home), "PYTHONUNBUFFERED": "1", **env}
     return subprocess.Popen([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)], cwd=PROJECT_ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -134,19 +134,16 @@ def _start(study_file: Path, api_url: str, home: Path) -> subprocess.Popen:
 def test_kill_9_then_the_same_command_recomputes_nothing_finished(reference, study_env, prefect_api, tmp_path):
     study_file = study_env.write("killed")
     task_results = study_file.parent / "out" / "task-results"
-    process = _start(study_file, prefect_api, tmp_path)
-    deadline = time.monotonic() + 240
-    while len(list(task_results.glob("calibrate-*"))) < 3:
-        assert process.poll() is None, process.stdout.read()
-        assert time.monotonic() < deadline, "no calibrate task finished within 240 s"
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    # the fault hook: the study's process SIGKILLs itself once its 3rd calibrate task has finished
+    process = _start(study_file, prefect_api, tmp_path, SIMCALIB_FAULT_KILL_AFTER="3")
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == -signal.SIGKILL, output
     finished = {p.name: p.stat().st_mtime_ns for p in task_results.iterdir()}
     n_pretrain = sum(name.startswith("pretrain-") for name in finished)
     n_calibrate = sum(name.startswith("calibrate-") for name in finished)
     assert 3 <= n_calibrate < 12, "the kill came after the study had finished: nothing to resume"
     assert not (study_file.parent / "out" / "Cora_GCN" / "results.csv").exists()
+    assert "splits: Cora-GCN: split(s) 0 from the fixed GATS files" in output
 
     resumed = _start(study_file, prefect_api, tmp_path)
     output, _ = resumed.communicate(timeout=300)
@@ -156,6 +153,52 @@ def test_kill_9_then_the_same_command_recomputes_nothing_finished(reference, stu
     assert all(task_results.joinpath(name).stat().st_mtime_ns == mtime for name, mtime in finished.items())
     results = pd.read_csv(study_file.parent / "out" / "Cora_GCN" / "results.csv")
     pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))  # identical numbers, bit for bit
+
+
+def test_rows_record_their_split_and_data_definition(reference):
+    results = reference.results
+    assert results["split_digest"].nunique() == 1 and results["data_digest"].nunique() == 1
+    assert results["split_source"].iloc[0].startswith("fixed:") and results["split_source"].iloc[0].endswith(
+        "Cora/split_0.npz")
+
+
+def test_a_study_on_another_split_source_refuses_the_folder_of_the_first_and_changes_nothing(reference, tmp_path):
+    from flows.study import study_flow
+    from simcalib.errors import ConfigError
+
+    out = reference.output / "Cora_GCN"
+    before = {name: (out / name).read_bytes() for name in ("results.csv", "splits.json")}
+    (tmp_path / "no-files").mkdir()
+    switched = {"data": {"splits_dir": str(tmp_path / "no-files")}, "runs": {"generated_splits": True}}
+    with pytest.raises(ConfigError, match=r"Cora_GCN/results.csv: refusing to add runs: Cora GCN s0 i0 f0 "
+                                          r"\(label rate 0.15\) was computed on another split") as info:
+        study_flow(str(reference.study_file), switched)
+    assert "\n" not in str(info.value) and "generated" in str(info.value)
+    assert {name: (out / name).read_bytes() for name in before} == before
+    assert not list((reference.output / "task-results").glob("*generated*"))
+
+
+def test_a_second_writer_on_the_study_folder_is_refused_naming_the_holder(reference):
+    from flows.study import study_flow
+    from simcalib.integrity import ResultsLockedError
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(reference.output)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ResultsLockedError, match=f"is being written by pid {holder.pid} on "):
+            study_flow(str(reference.study_file))
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+HOLD_LOCK = """
+import sys, time
+from simcalib.integrity import results_lock
+with results_lock(sys.argv[1], command="holder"):
+    print("held", flush=True)
+    time.sleep(600)
+"""
 
 
 def test_a_batch_runs_study_gives_the_numbers_of_the_batched_benchmark_and_not_the_per_run_ones(study_env, prefect_api, tmp_path):
