@@ -288,3 +288,150 @@ def test_rows_name_their_backbone_and_a_resume_on_another_backbone_warns(setting
     more = BenchmarkRequest("cora", "GCN", ["uncal", "TS", "ETS"], splits=[0], inits=[0, 1], folds=[0])
     with pytest.warns(UserWarning, match=r"1 run\(s\) of Cora GCN \(s0 i0 f0\) got another backbone"):
         run_benchmark(more, settings, out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Results integrity: run definitions, one writer, recovery
+
+
+def test_rows_record_their_run_definition_and_a_resume_on_other_splits_is_refused(settings, tmp_path):
+    import dataclasses
+
+    request = BenchmarkRequest("cora", "GCN", ["uncal"], splits=[0], inits=[0], folds=[0])
+    out = tmp_path / "out"
+    first = run_benchmark(request, settings, out)
+    row = first.iloc[0]
+    assert len(row["split_digest"]) == 16 and len(row["data_digest"]) == 16
+    assert row["split_source"] == f"fixed:{settings.splits_dir}/gats_5_3f_85/Cora/split_0.npz"
+    before = (out / "results.csv").read_bytes()
+    more = BenchmarkRequest("cora", "GCN", ["uncal"], splits=[0], inits=[0, 1], folds=[0])
+    generated = dataclasses.replace(settings, splits_dir="none", generated_splits=True)
+    with pytest.raises(ConfigError, match=r"results.csv: refusing to add runs: Cora GCN s0 i0 f0 \(label rate 0.15\) "
+                                          r"was computed on another split \(split_digest \w{16}, fixed:.*\) than this "
+                                          r"one \(\w{16}, generated\)"):
+        run_benchmark(more, generated, out)
+    with pytest.raises(ConfigError, match="--generated-splits"):  # no fixed files: never a silent fallback
+        run_benchmark(more, dataclasses.replace(generated, generated_splits=False), out)
+    with pytest.raises(ConfigError, match="--resume-from copies only rows of the same split"):
+        run_benchmark(more, generated, tmp_path / "elsewhere", resume_from=out / "results.csv")
+    with pytest.raises(ConfigError, match=r"under another seed \(15475094, here \d+: another --seed\)"):
+        run_benchmark(more, dataclasses.replace(settings, study_seed=11), out)
+    assert (out / "results.csv").read_bytes() == before  # nothing added by a refused command
+    frame = pd.read_csv(out / "results.csv")
+    frame["data_digest"] = "0123456789abcdef"  # as if processed by another torch_geometric
+    frame.to_csv(out / "results.csv", index=False)
+    with pytest.raises(ConfigError, match="another processed graph of Cora"):
+        run_benchmark(more, settings, out)
+    frame.drop(columns=DEFINITION_COLUMNS).to_csv(out / "results.csv", index=False)  # a file from before the columns
+    assert len(run_benchmark(more, settings, out)) == 2  # unknown definitions are not refused
+
+
+def test_a_results_file_that_repeats_a_run_is_not_resumed(settings, tmp_path):
+    from simcalib.errors import DataCorruptError
+
+    request = BenchmarkRequest("cora", "GCN", ["uncal", "ts"], splits=[0], inits=[0], folds=[0])
+    run_benchmark(request, settings, tmp_path / "out")
+    path = tmp_path / "out" / "results.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines + lines[2:]))  # the TS row appended twice, as by two writers
+    with pytest.raises(DataCorruptError, match=r"1 result row\(s\) repeat a run \(Cora/GCN/TS s0 i0 f0 L=0.15\)"):
+        run_benchmark(request, settings, tmp_path / "out")
+
+
+def test_a_cut_off_last_results_line_is_set_aside_and_its_run_computed_again(settings, tmp_path):
+    request = BenchmarkRequest("cora", "GCN", ["uncal", "ts"], splits=[0], inits=[0], folds=[0, 1])
+    out = tmp_path / "out"
+    whole = run_benchmark(request, settings, out)
+    path = out / "results.csv"
+    data = path.read_bytes()
+    path.write_bytes(data[:data.rstrip(b"\n").rfind(b"\n") + 40])  # a kill in the middle of the last row
+    assert len(pd.read_csv(path)) == 4  # pandas alone would take the cut row as a row (with empty metrics)
+    resumed = run_benchmark(request, settings, out)
+    pd.testing.assert_frame_equal(resumed.drop(columns="fit_seconds"), whole.drop(columns="fit_seconds"))
+    assert len(pd.read_csv(path)) == 4 and (out / "results.csv.cut").read_bytes().count(b"\n") == 1
+
+
+HOLD_LOCK = """
+import sys, time
+from simcalib.integrity import results_lock
+with results_lock(sys.argv[1], command="holder"):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def _hold(folder):
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_one_writer_per_folder_a_second_is_refused_or_waits_and_a_dead_writers_lock_is_taken_over(settings, tmp_path):
+    import signal
+    import threading
+
+    from simcalib.integrity import ResultsLockedError
+
+    request = BenchmarkRequest("cora", "GCN", ["uncal"], splits=[0], inits=[0], folds=[0])
+    out = tmp_path / "out"
+    holder = _hold(out)
+    try:
+        with pytest.raises(ResultsLockedError, match=rf"{out} is being written by pid {holder.pid} on .*\(holder, "
+                                                     r"since .*\).*--wait"):
+            run_benchmark(request, settings, out)
+        assert not (out / "results.csv").exists()
+        heard = []
+        threading.Timer(1.0, holder.send_signal, [signal.SIGKILL]).start()  # the holder dies while we wait
+        assert len(run_benchmark(request, settings, out, wait=True, notify=heard.append)) == 1
+        assert heard and heard[0].startswith(f"waiting for pid {holder.pid}")
+    finally:
+        holder.kill()
+        holder.wait()
+    holder = _hold(out)
+    holder.send_signal(signal.SIGKILL)  # killed while holding: its record stays in the lock file
+    holder.wait()
+    heard = []
+    assert len(run_benchmark(request, settings, out, notify=heard.append)) == 1
+    assert len(heard) == 1 and heard[0].startswith(f"taking over the lock of {out} left by pid {holder.pid} on ")
+    assert heard[0].endswith("which is no longer running")
+
+
+def test_an_unwritable_or_full_output_folder_fails_in_one_line_and_keeps_what_was_written(settings, tmp_path,
+                                                                                          monkeypatch):
+    import errno
+    import os
+
+    import simcalib.protocol as protocol
+    from simcalib.integrity import LOCK_NAME, ResultsWriteError
+
+    real_open = os.open
+
+    def read_only(path, *args, **kwargs):  # the tests run as root, for whom chmod does not make a folder read-only
+        if str(path).endswith(LOCK_NAME):
+            raise PermissionError(errno.EROFS, "Read-only file system")
+        return real_open(path, *args, **kwargs)
+
+    request = BenchmarkRequest("cora", "GCN", ["uncal"], splits=[0], inits=[0], folds=[0, 1])
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "open", read_only)
+        with pytest.raises(ResultsWriteError, match=r"cannot write to the results folder .* \(Read-only file system\); "
+                                                    r"make it writable .*\(nothing was computed\)"):
+            run_benchmark(request, settings, tmp_path / "out")
+    appends = []
+
+    def full_disk(path, mode="r", *args, **kwargs):
+        if mode == "a":
+            appends.append(path)
+            if len(appends) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(protocol, "open", full_disk, raising=False)
+    with pytest.raises(ResultsWriteError, match=r"results.csv \(the disk is full\); the rows written before are kept"):
+        run_benchmark(request, settings, tmp_path / "out")
+    assert len(pd.read_csv(tmp_path / "out" / "results.csv")) == 1
+    monkeypatch.undo()
+    assert len(run_benchmark(request, settings, tmp_path / "out")) == 2

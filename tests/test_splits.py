@@ -11,6 +11,9 @@ from simcalib.splits import (
     load_split_file,
     protocol_name,
     record_split_sources,
+    resolve_splits_dir,
+    split_digest,
+    split_source_label,
     split_sources,
 )
 
@@ -114,3 +117,48 @@ def test_which_splits_were_generated_is_recorded_beside_the_results(tmp_path):
     record_split_sources(tmp_path / "out", {6: "generated"})  # a resumed, extended benchmark keeps both records
     assert json.loads((tmp_path / "out" / "splits.json").read_text()) == {"0": "fixed", "5": "generated",
                                                                           "6": "generated"}
+
+
+def test_a_split_recorded_with_another_source_is_refused_and_the_record_kept(tmp_path):
+    record_split_sources(tmp_path / "out", {0: "fixed"})
+    before = (tmp_path / "out" / "splits.json").read_bytes()
+    with pytest.raises(ConfigError, match=r"splits.json: the results in .* were computed on other splits "
+                                          r"\(split 0: fixed there, generated now\)"):
+        record_split_sources(tmp_path / "out", {0: "generated", 1: "generated"})
+    assert (tmp_path / "out" / "splits.json").read_bytes() == before
+
+
+def test_the_split_digest_names_the_node_indices_and_the_source_label_where_they_came_from(splits_dir):
+    labels = np.repeat(np.arange(7), 400)
+    split = generate_split(labels, seed=1)
+    assert split_digest(split) == split_digest(generate_split(labels, seed=1))
+    assert split_digest(split) != split_digest(generate_split(labels, seed=2))
+    moved = type(split)(folds=(split.folds[1], split.folds[0], split.folds[2]), test=split.test)
+    assert split_digest(moved) != split_digest(split)  # which fold is which is part of the split
+    assert split_source_label(split) == "generated"
+    fixed = get_split("Cora", np.zeros(2708, dtype=int), 0, 10, splits_dir)
+    assert split_source_label(fixed) == f"fixed:{splits_dir}/gats_5_3f_85/Cora/split_0.npz"
+
+
+def test_the_fixed_splits_are_found_without_configuration_and_never_silently_replaced(tmp_path, monkeypatch):
+    import simcalib.splits as splits
+
+    monkeypatch.setenv("SIMCALIB_SPLITS_DIR", str(tmp_path / "env"))
+    assert resolve_splits_dir(tmp_path / "given") == (tmp_path / "given", "given")
+    assert resolve_splits_dir(None) == (tmp_path / "env", "$SIMCALIB_SPLITS_DIR")
+    assert resolve_splits_dir("none") == (None, "no fixed splits (--splits-dir none)")
+    monkeypatch.delenv("SIMCALIB_SPLITS_DIR")
+    monkeypatch.setattr(splits, "CHECKOUT_SPLITS", tmp_path / "shared" / "datasets" / "splits")
+    (tmp_path / "shared" / "datasets" / "splits").mkdir(parents=True)
+    assert resolve_splits_dir(None, tmp_path / "data") == (tmp_path / "shared" / "datasets" / "splits",
+                                                           "beside the checkout")
+    (tmp_path / "shared" / "datasets" / "splits").rmdir()
+    assert resolve_splits_dir(None, tmp_path / "data") == (None, "no splits folder found")
+    (tmp_path / "data" / "splits").mkdir(parents=True)
+    assert resolve_splits_dir(None, tmp_path / "data") == (tmp_path / "data" / "splits", "cached under the data root")
+    # no fixed files: the paper's protocol refuses unless generated splits are asked for; other rates are generated
+    with pytest.raises(ConfigError, match=r"Cora: the paper's fixed GATS splits \(gats_5_3f_85\) are not available.*"
+                                          r"--generated-splits"):
+        split_sources("Cora", [0], None)
+    assert split_sources("Cora", [0], None, generated_splits=True) == {0: "generated"}
+    assert split_sources("Cora", [0], None, fold_rate=0.01) == {0: "generated"}

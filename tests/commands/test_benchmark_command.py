@@ -1,5 +1,6 @@
-"""``simcalib benchmark --batch-runs --batch-calibrators`` end to end in a subprocess: killed with SIGKILL, the
-same command loses nothing and gives the numbers of an uninterrupted run."""
+"""``simcalib benchmark`` end to end in subprocesses: killed with SIGKILL (by a timer, or at an exact point by
+the fault hook ``SIMCALIB_FAULT_KILL_AFTER``), the same command loses nothing and gives the numbers of an
+uninterrupted run; a second invocation on one folder, and a resume under another split source, are refused."""
 
 import os
 import signal
@@ -9,6 +10,8 @@ import time
 
 import pandas as pd
 import pytest
+
+from simcalib.splits import CHECKOUT_SPLITS
 
 
 def _command(tmp_path, out: str, cache: str) -> list[str]:
@@ -44,3 +47,90 @@ def test_batched_benchmark_killed_and_resumed_loses_nothing(tmp_path, mirror_dir
                  for d in ("killed", "reference"))
     assert len(got) == 8 and not got.duplicated(key).any()
     pd.testing.assert_frame_equal(got.drop(columns="fit_seconds"), want.drop(columns="fit_seconds"), rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Faults a user meets: a kill, a second invocation, another split source. Each command is one small run set
+# (Cora GCN, 10 epochs), ~10 s a process on the shared 2-core machine.
+
+HOLD_LOCK = """
+import sys, time
+from simcalib.integrity import results_lock
+with results_lock(sys.argv[1], command="holder"):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def _small(tmp_path, out: str, *extra: str, cache: str = "cache") -> list[str]:
+    return [sys.executable, "-m", "simcalib.cli", "benchmark", "--dataset", "cora", "--backbone", "gcn",
+            "--calibrators", "uncal,ts", "--splits", "1", "--inits", "1", "--max-epochs", "10", "--threads", "1",
+            "--no-progress", "--out", str(tmp_path / out), "--data-root", str(tmp_path / "data"),
+            "--cache-dir", str(tmp_path / cache), *extra]
+
+
+def _env(mirror_dir, splits_dir=None, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "SIMCALIB_SPLITS_DIR"}  # a plain shell: no splits set
+    env.update({"SIMCALIB_DATA_MIRROR": str(mirror_dir), "SIMCALIB_OFFLINE": "1", **extra})
+    if splits_dir is not None:
+        env["SIMCALIB_SPLITS_DIR"] = str(splits_dir)
+    return env
+
+
+def test_killed_after_a_run_and_resumed_gives_the_rows_of_an_uninterrupted_run(tmp_path, mirror_dir, splits_dir):
+    killed = subprocess.run(_small(tmp_path, "killed"), env=_env(mirror_dir, splits_dir, SIMCALIB_FAULT_KILL_AFTER="1"),
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert len(pd.read_csv(tmp_path / "killed" / "results.csv")) == 2  # the first run's two rows, nothing else
+    resumed = subprocess.run(_small(tmp_path, "killed"), env=_env(mirror_dir, splits_dir), capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    reference = subprocess.run(_small(tmp_path, "reference", cache="cache-reference"), env=_env(mirror_dir, splits_dir),
+                               capture_output=True, text=True, timeout=300)
+    assert reference.returncode == 0, reference.stderr
+    got, want = (pd.read_csv(tmp_path / d / "results.csv") for d in ("killed", "reference"))
+    assert len(got) == 6
+    pd.testing.assert_frame_equal(got.drop(columns="fit_seconds"), want.drop(columns="fit_seconds"))
+
+
+@pytest.mark.skipif(not CHECKOUT_SPLITS.is_dir(), reason="no ../shared/datasets/splits beside the checkout")
+def test_from_a_plain_shell_the_paper_splits_are_used_and_said_and_another_source_is_refused(tmp_path, mirror_dir):
+    first = subprocess.run(_small(tmp_path, "x"), env=_env(mirror_dir), capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    said = f"splits: Cora: split(s) 0 from the fixed GATS files in {CHECKOUT_SPLITS} (beside the checkout)"
+    assert first.stdout.startswith(said) and first.stdout.rstrip().endswith(said)  # at start, and in the summary
+    splits_json = (tmp_path / "x" / "splits.json").read_bytes()
+    results = (tmp_path / "x" / "results.csv").read_bytes()
+    no_files = _env(mirror_dir, "none")
+    refused = subprocess.run(_small(tmp_path, "x", "--inits", "2"), env=no_files, capture_output=True, text=True,
+                             timeout=300)
+    assert refused.returncode == 2 and "--generated-splits" in refused.stderr  # no silent fallback
+    switched = subprocess.run(_small(tmp_path, "x", "--inits", "2", "--generated-splits"), env=no_files,
+                              capture_output=True, text=True, timeout=300)
+    assert switched.returncode == 2, switched.stdout
+    assert switched.stderr.count("\n") == 1 and switched.stderr.startswith(
+        f"error: {tmp_path / 'x' / 'results.csv'}: refusing to add runs: Cora GCN s0 i0 f0 (label rate 0.15) was "
+        "computed on another split")
+    assert (tmp_path / "x" / "splits.json").read_bytes() == splits_json  # {"0": "fixed"} stays
+    assert (tmp_path / "x" / "results.csv").read_bytes() == results
+
+
+def test_a_second_invocation_on_one_folder_is_refused_or_waits(tmp_path, mirror_dir, splits_dir):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path / "x")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        refused = subprocess.run(_small(tmp_path, "x"), env=_env(mirror_dir, splits_dir), capture_output=True,
+                                 text=True, timeout=300)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+        assert f"is being written by pid {holder.pid} on " in refused.stderr and "--wait" in refused.stderr
+        assert not (tmp_path / "x" / "results.csv").exists()
+        waiting = subprocess.Popen(_small(tmp_path, "x", "--wait"), env=_env(mirror_dir, splits_dir),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert waiting.stderr.readline().startswith(f"waiting for pid {holder.pid} ")
+        holder.kill()  # the holder goes (killed, as the worst case): the waiting command takes over and runs
+        out, err = waiting.communicate(timeout=300)
+        assert waiting.returncode == 0, err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert len(pd.read_csv(tmp_path / "x" / "results.csv")) == 6
