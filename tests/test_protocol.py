@@ -310,7 +310,8 @@ def test_rows_record_their_run_definition_and_a_resume_on_other_splits_is_refuse
                                           r"was computed on another split \(split_digest \w{16}, fixed:.*\) than this "
                                           r"one \(\w{16}, generated\)"):
         run_benchmark(more, generated, out)
-    with pytest.raises(ConfigError, match="--generated-splits"):  # no fixed files: never a silent fallback
+    with pytest.raises(ConfigError, match=r"fixed GATS splits \(gats_5_3f_85\) are not available.*--generated-splits"):
+        # no fixed files: never a silent fallback
         run_benchmark(more, dataclasses.replace(generated, generated_splits=False), out)
     with pytest.raises(ConfigError, match="--resume-from copies only rows of the same split"):
         run_benchmark(more, generated, tmp_path / "elsewhere", resume_from=out / "results.csv")
