@@ -497,8 +497,7 @@ def copy_finished_rows(source: Path, results_path: Path, request: BenchmarkReque
     calibrators, with this study seed's run seeds) and that ``results_path`` does not hold yet; returns how many.
     Refused (ConfigError) when a row to copy was computed on another split or graph than ``planned`` (the
     runs' definitions, :func:`planned_runs`) or ``source`` repeats a run."""
-    if not source.is_file():
-        raise ConfigError(f"--resume-from {source}: no such file; give the path of an existing results.csv")
+    check_resume_source(source)
     try:
         theirs = read_results(source)
     except Exception as exc:
@@ -520,6 +519,12 @@ def copy_finished_rows(source: Path, results_path: Path, request: BenchmarkReque
                      "run with the split source those rows used (see their split_source column)")
     append_rows(results_path, rows.to_dict("records"))
     return len(rows)
+
+
+def check_resume_source(source: str | os.PathLike) -> None:
+    """ConfigError unless ``source`` (a --resume-from) is a file."""
+    if not Path(source).is_file():
+        raise ConfigError(f"--resume-from {source}: no such file; give the path of an existing results.csv")
 
 
 def planned_runs(runs: Sequence[Run], settings: ProtocolSettings) -> list[dict]:
@@ -727,6 +732,8 @@ def run_benchmark(
             raise ConfigError(f"no {name} selected")
     if any(f < 0 or f >= settings.n_folds for f in request.folds):
         raise ConfigError(f"folds must be within 0..{settings.n_folds - 1}")
+    if resume_from is not None:
+        check_resume_source(resume_from)
     out_dir = Path(out_dir)
     with results_lock(out_dir, wait=wait, notify=notify):
         return _run_benchmark_locked(request, settings, out_dir, calibrators, save_predictions, progress, workers,

@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.protocol import (
         BenchmarkRequest,
         check_results_file,
+        check_resume_source,
         describe_split_sources,
         make_runs,
         run_benchmark,
@@ -120,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"results/{dataset}_{backbone}")
     request = BenchmarkRequest(dataset, backbone, calibrators, args.splits, args.inits, args.folds,
                                calibrator_options=options)
+    if args.resume_from is not None:
+        check_resume_source(args.resume_from)
     sources = describe_split_sources(dataset, args.splits, settings)  # refuses a fixed/generated mix
     print(f"splits: {sources}", flush=True)
     progress = None if args.no_progress else (lambda runs: tqdm(runs, desc=f"{dataset}-{backbone}", unit="run"))
