@@ -10,7 +10,6 @@ restart skips it.
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import functools
 import hashlib
@@ -398,16 +397,10 @@ def save_predictions(folder: Path, run: Run, calibrator: str, probs: np.ndarray,
 
 
 def _complete_length(data: bytes) -> int:
-    """How many leading bytes of a results CSV are whole lines: a last line without its newline counts when it
-    has every field of the header (a hand-edited file), not when it has fewer (a write cut off by a kill)."""
-    if not data or data.endswith(b"\n"):
-        return len(data)
-    cut = data.rfind(b"\n") + 1
-    if cut == 0:
-        return 0  # not even a whole header
-    header = next(csv.reader(io.StringIO(data[:cut].decode("utf-8", "replace"))), [])
-    last = next(csv.reader(io.StringIO(data[cut:].decode("utf-8", "replace"))), [])
-    return len(data) if len(last) == len(header) else cut
+    """How many leading bytes of a results CSV are whole lines. Every row is written with its newline, so a last
+    line without one was cut off by a kill (a cut inside its last field still has every field: the newline is
+    the only sure sign)."""
+    return data.rfind(b"\n") + 1 if data and not data.endswith(b"\n") else len(data)
 
 
 def read_results(path: str | os.PathLike) -> pd.DataFrame:
@@ -423,8 +416,8 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
 
 
 def _repair_last_line(path: Path) -> bool:
-    """Move a cut-off last line of ``path`` into ``<path>.cut`` (kept for inspection) and end the file with a
-    newline, so an append starts on its own line; True when the file is then empty."""
+    """Move a cut-off last line of ``path`` into ``<path>.cut`` (kept for inspection), so an append starts on its
+    own line and the cut run is computed again; True when the file is then empty."""
     data = path.read_bytes()
     complete = _complete_length(data)
     if complete < len(data):
@@ -432,9 +425,6 @@ def _repair_last_line(path: Path) -> bool:
             fh.write(data[complete:] + b"\n")
         with open(path, "r+b") as fh:
             fh.truncate(complete)
-    elif data and not data.endswith(b"\n"):
-        with open(path, "ab") as fh:
-            fh.write(b"\n")
     return complete == 0
 
 

@@ -134,3 +134,32 @@ def test_a_second_invocation_on_one_folder_is_refused_or_waits(tmp_path, mirror_
         holder.kill()
         holder.wait()
     assert len(pd.read_csv(tmp_path / "x" / "results.csv")) == 6
+
+
+@pytest.mark.slow  # 13 CLI runs: ~2.5 min on the shared 2-core machine
+def test_killed_at_several_points_with_one_and_two_workers_resumes_to_the_uninterrupted_rows(tmp_path, mirror_dir,
+                                                                                            splits_dir):
+    env = _env(mirror_dir, splits_dir)
+    key = ["calibrator", "split", "init", "fold"]
+    reference = subprocess.run(_small(tmp_path, "reference", "--inits", "2", cache="cache-reference"), env=env,
+                               capture_output=True, text=True, timeout=600)
+    assert reference.returncode == 0, reference.stderr
+    want = pd.read_csv(tmp_path / "reference" / "results.csv").sort_values(key).reset_index(drop=True)
+    for workers in ("1", "2"):
+        for after in (1, 3, 5):
+            name = f"killed-w{workers}-n{after}"
+            command = _small(tmp_path, name, "--inits", "2", "--workers", workers, cache=f"cache-{name}")
+            if workers == "2":  # each worker process runs one torch thread already
+                del command[command.index("--threads"):command.index("--threads") + 2]
+            killed = subprocess.run(command, env={**env, "SIMCALIB_FAULT_KILL_AFTER": str(after)},
+                                    capture_output=True, text=True, timeout=600)
+            assert killed.returncode == -signal.SIGKILL, killed.stderr
+            path = tmp_path / name / "results.csv"
+            assert len(pd.read_csv(path)) == 2 * after
+            if after == 3:  # and the kill came in the middle of the last write
+                path.write_bytes(path.read_bytes()[:-30])
+            resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+            assert resumed.returncode == 0, resumed.stderr
+            got = pd.read_csv(path).sort_values(key).reset_index(drop=True)
+            assert len(got) == 12 and not got.duplicated(key).any()
+            pd.testing.assert_frame_equal(got.drop(columns="fit_seconds"), want.drop(columns="fit_seconds"))
