@@ -202,15 +202,17 @@ def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = No
     runner = study.spec.task_runner
     with results_lock(study.output, command=f"simcalib study run {study_file}", notify=print), \
             shared_api_server(runner):
+        splits = []
         for plan in plans:
-            print(f"splits: {plan.name}: "
-                  f"{describe_split_sources(plan.dataset, study.splits, plan.settings).split(': ', 1)[1]}")
+            splits.append(f"{plan.name}: "
+                          f"{describe_split_sources(plan.dataset, study.splits, plan.settings).split(': ', 1)[1]}")
+            print(f"splits: {splits[-1]}")
             # results already there must be of these runs' definitions: refuse now, not after computing
             check_results_file(plan.out_dir / "results.csv", plan.runs, plan.settings)
             check_split_sources(plan.out_dir, plan.split_sources)
         subflow = run_study.with_options(task_runner=make_task_runner(runner), name="run-study",
                                          flow_run_name=f"{study.name}-{runner.kind}")
-        return subflow(study_file, overrides)
+        return {**subflow(study_file, overrides), "splits": splits}
 
 
 @flow(name="run-study", log_prints=True)

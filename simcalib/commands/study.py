@@ -120,6 +120,8 @@ def print_outcome(result: dict) -> None:
           f"calibrate {tasks['calibrate']['computed']} computed, {tasks['calibrate']['cached']} cached")
     print(f"results: {result['output']}/<Dataset>_<Backbone>/results.csv and summary.csv "
           f"({len(result['benchmarks'])} benchmarks)")
+    for line in result.get("splits", []):
+        print(f"splits:  {line}")
     from flows.tracking import runs_table_url
 
     uri = result["tracking_uri"]

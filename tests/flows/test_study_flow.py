@@ -150,6 +150,7 @@ def test_kill_9_then_the_same_command_recomputes_nothing_finished(reference, stu
     assert resumed.returncode == 0, output
     counts = [int(x) for x in TASKS_LINE.search(output).groups()]
     assert counts == [3 - n_pretrain, n_pretrain, 12 - n_calibrate, n_calibrate], output
+    assert f"splits:  Cora-GCN: split(s) 0 from the fixed GATS files in {study_env.splits} (given)" in output
     assert all(task_results.joinpath(name).stat().st_mtime_ns == mtime for name, mtime in finished.items())
     results = pd.read_csv(study_file.parent / "out" / "Cora_GCN" / "results.csv")
     pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))  # identical numbers, bit for bit
