@@ -27,7 +27,7 @@ export DO_NOT_TRACK = true
 export MLFLOW_DISABLE_TELEMETRY = true
 export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 
-.PHONY: install study test test-slow lint benchmark clean chromium report
+.PHONY: install study test test-slow lint benchmark clean chromium report mutation
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,6 +60,15 @@ test-slow: install chromium
 
 lint: install
 	$(VENV)/bin/ruff check simcalib flows tests benchmarks
+
+# Mutation testing (mutmut; [tool.mutmut] in pyproject.toml, docs/mutation-testing.md), not in `make test`:
+# each mutant of the modules MUTANTS names is run against the tests that reach it. MUTANTS is a mutant-name glob
+# ("simcalib.metrics*", "simcalib.splits*"). Results are kept in mutants/ (git-ignored): rm -rf mutants for a fresh run.
+MUTANTS ?= simcalib.metrics*
+MUTATION_JOBS ?= 2
+mutation: install
+	SIMCALIB_SHARED_DIR=$(abspath $(SHARED)) $(VENV)/bin/mutmut run "$(MUTANTS)" --max-children $(MUTATION_JOBS)
+	$(VENV)/bin/mutmut results
 
 clean:
 	rm -rf .cache .prefect results

@@ -106,7 +106,7 @@ def test_reliability_bins_count_every_node():
 # ------------------------------------------------------------------------------------------------------------
 # Properties of the binned metrics on any sample (hypothesis)
 
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.extra.numpy import arrays  # noqa: E402
 
@@ -188,3 +188,127 @@ def test_confident_and_right_everywhere_is_perfectly_calibrated(n, k):
     y = np.arange(n) % k
     assert metrics.ece(p, y) == 0.0 and metrics.mce(p, y) == 0.0
     assert metrics.ece(p, (y + 1) % k) == 1.0  # confident and always wrong: the largest ECE
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The metrics against references written out directly, and what they accept
+
+
+def random_sample(n: int = 400, k: int = 4, scale: float = 2.0, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(n, k)) * scale
+    p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    return p, np.array([rng.choice(k, p=row) for row in p])  # calibrated labels: gaps of both signs
+
+
+def binned_reference(conf: np.ndarray, hit: np.ndarray, n_bins: int) -> tuple[float, float]:
+    """(ECE, MCE) by the definition: bin m holds m/M < c <= (m+1)/M (bin 0 also c = 0), gaps weighted by counts."""
+    total, largest = 0.0, 0.0
+    for m in range(n_bins):
+        members = (conf > m / n_bins) & (conf <= (m + 1) / n_bins) | ((m == 0) & (conf <= 0))
+        if members.any():
+            gap = abs(hit[members].mean() - conf[members].mean())
+            total += members.sum() / len(conf) * gap
+            largest = max(largest, gap)
+    return total, largest
+
+
+@ANY
+@given(samples(max_nodes=80), st.sampled_from([5, 10, 15]))
+@example((probs_from([0.9, 0.97, 0.5], [0, 0, 1], k=2), np.array([1, 0, 1])), 15)  # the top two bins differ
+def test_ece_mce_and_classwise_ece_follow_their_definitions(sample, n_bins):
+    p, y = sample
+    conf, hit = p.max(1), (p.argmax(1) == y).astype(float)
+    ece, mce = binned_reference(conf, hit, n_bins)
+    assert metrics.ece(p, y, n_bins) == pytest.approx(ece, abs=1e-12)
+    assert metrics.mce(p, y, n_bins) == pytest.approx(mce, abs=1e-12)
+    classwise = np.mean([binned_reference(p[:, c], (y == c).astype(float), n_bins)[0] for c in range(p.shape[1])])
+    assert metrics.classwise_ece(p, y, n_bins) == pytest.approx(classwise, abs=1e-12)
+
+
+def kde_ece_reference(p: np.ndarray, y: np.ndarray, grid_size: int = 2048) -> float:
+    """Top-label KDE-ECE with the triweight kernel evaluated exactly at every grid point (no binning), samples
+    reflected at 0 and 1, bandwidth 1.06 std N^(-1/5): integral |c - acc(c)| f(c) dc / integral f."""
+    conf, correct = p.max(1), p.argmax(1) == y
+    bandwidth = max(1.06 * conf.std() * len(conf) ** (-0.2), 1e-3)
+    grid = np.linspace(0.0, 1.0, grid_size)
+
+    def kernel_sums(samples):
+        u = (grid[:, None] - np.concatenate([samples, -samples, 2.0 - samples])[None, :]) / bandwidth
+        return np.where(np.abs(u) <= 1, (1 - u**2) ** 3, 0.0).sum(1)
+
+    f, f_correct = kernel_sums(conf), kernel_sums(conf[correct])
+    acc = np.divide(f_correct, f, out=np.zeros_like(f), where=f > 0)
+    return float(np.trapezoid(np.abs(grid - acc) * f, grid) / np.trapezoid(f, grid))
+
+
+@pytest.mark.parametrize("case", ["spread", "overconfident", "all-wrong", "two-nodes"])
+def test_kde_ece_is_the_kernel_estimate_written_out(case):
+    p, y = random_sample(300, 4, 2.0, seed=3)
+    if case == "overconfident":  # most confidences near 1: the reflection at 1 matters
+        p, y = random_sample(300, 3, 8.0, seed=4)
+    elif case == "all-wrong":  # no correct node: acc(c) = 0 everywhere
+        y = (p.argmax(1) + 1) % p.shape[1]
+    elif case == "two-nodes":
+        p, y = probs_from([0.6, 0.9], [0, 1]), np.array([0, 0])
+    assert metrics.kde_ece(p, y) == pytest.approx(kde_ece_reference(p, y), abs=1e-5)  # binning error ~1e-6
+
+
+def test_torch_tensors_and_any_number_types_give_the_float64_numbers():
+    p, y = random_sample()
+    want = metrics.compute_metrics(p, y)
+    assert metrics.compute_metrics(torch.tensor(p), torch.tensor(y)) == want
+    assert metrics.compute_metrics(p, y.astype(np.float64)) == want  # labels read from a CSV come as floats
+    p32 = p.astype(np.float32)
+    assert metrics.compute_metrics(p32, y) == metrics.compute_metrics(p32.astype(np.float64), y)  # float64 inside
+
+
+def test_compute_metrics_passes_the_bin_count_on_and_keeps_nll_and_brier_as_they_are():
+    p, y = random_sample()
+    out = metrics.compute_metrics(p, y, n_bins=5)
+    for name in ("ece", "ace", "mce", "classwise_ece"):
+        assert out[name] == pytest.approx(100 * getattr(metrics, name)(p, y, 5)), name
+        assert out[name] != pytest.approx(100 * getattr(metrics, name)(p, y)), name  # 5 bins are not 15
+    assert out["nll"] == metrics.nll(p, y) and out["brier"] == metrics.brier(p, y)
+    bins = metrics.reliability_bins(p, y, 5)
+    assert bins.count.shape == (5,) and bins.count.dtype == np.int64 and bins.count.sum() == len(y)
+    np.testing.assert_array_equal(bins.edges, np.linspace(0, 1, 6))
+
+
+def test_malformed_inputs_are_refused_with_the_reason():
+    p, y = random_sample(10)
+    with pytest.raises(ValueError, match=r"expected probs \[N, K\] and labels \[N\], got \(10, 4\) and \(9,\)"):
+        metrics.ece(p, y[:9])
+    with pytest.raises(ValueError, match=r"expected probs \[N, K\]"):
+        metrics.ece(p[:, 0], y)
+    p[0, 0] = np.inf
+    with pytest.raises(ValueError, match=r"^probabilities contain NaN or infinite values$"):
+        metrics.compute_metrics(p, y)
+
+
+def test_edge_cases_of_the_binned_metrics_and_nll():
+    assert metrics.bin_index(np.array([1.0 + 1e-7, 1.0])).tolist() == [14, 14]  # float32 rounding above 1
+    assert metrics.mce(np.zeros((0, 3)), np.zeros(0, dtype=np.int64)) == 0.0  # no nodes, no gap
+    p = np.array([[1.0, 0.0], [0.5, 0.5]])
+    assert metrics.nll(p, np.array([1, 0])) == pytest.approx((-np.log(1e-12) - np.log(0.5)) / 2)  # finite
+
+
+def test_empty_bins_and_empty_densities_raise_no_warning():
+    import warnings
+
+    p = probs_from([0.95, 0.99, 0.97], [0, 1, 0])  # most bins empty
+    y = np.array([1, 0, 1])  # no node right: the correct-node density is empty
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        metrics.reliability_bins(p, y)
+        metrics.kde_ece(p, y)
+
+
+def test_ace_deals_tied_confidences_to_its_bins_in_node_order():
+    """A stable sort: the value does not depend on how a sort orders ties (NumPy's default sort reorders them)."""
+    conf = np.array([0.6, 0.8] * 30)  # interleaved ties
+    p = probs_from(conf, [0] * 60, k=2)
+    y = np.zeros(60, dtype=np.int64)
+    y[np.flatnonzero(conf == 0.8)[15:]] = 1  # of the nodes at 0.8, the first 15 right, the last 15 wrong
+    # four bins of 15: the 0.6 nodes (all right) fill two, then the 0.8 nodes in node order
+    assert metrics.ace(p, y, n_bins=4) == pytest.approx((15 * 0.4 + 15 * 0.4 + 15 * 0.2 + 15 * 0.8) / 60)
