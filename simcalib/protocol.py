@@ -69,7 +69,7 @@ from simcalib.splits import (
 KEY_COLUMNS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
 # What a fitted calibrator reports of itself (Calibrator.audit): SimCalib's chosen grid point and the mean and
 # std of its two temperatures over the test nodes; empty for the other calibrators.
-AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_std"]
+AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_std", "t_feat_spearman"]
 # Which backbone a row was computed on: a digest of its logits. The same run trained on another CPU (or GPU)
 # can be another backbone (float rounding can move the early stop), so rows of one run are comparable only
 # if their digests agree; the report pairs runs on it. Empty in rows written before it existed.

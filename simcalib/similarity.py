@@ -31,7 +31,7 @@ from simcalib.errors import ConfigError
 DEFAULT_RIDGE = 0.0  # pseudo-inverse, as Lee et al. (2018)
 
 __all__ = ["DEFAULT_RIDGE", "class_prototypes", "mahalanobis_to_prototypes", "nearest_prototype_distance",
-           "normalized_similarity", "precision_whitener", "shared_covariance"]
+           "normalized_similarity", "precision_whitener", "shared_covariance", "spearman"]
 
 
 def class_prototypes(hidden: Tensor, labels: Tensor, num_classes: int) -> tuple[Tensor, Tensor]:
@@ -122,7 +122,24 @@ def normalized_similarity(distances: Tensor) -> Tensor:
     return (filled / norm).float()
 
 
-__all__ = [
-    "DEFAULT_RIDGE", "class_prototypes", "mahalanobis_to_prototypes", "normalized_similarity", "precision_whitener",
-    "shared_covariance",
-]
+def spearman(values: Tensor, reference: Tensor) -> float | None:
+    """Spearman rank correlation of ``values`` with ``reference`` (both [n]; ties share their mean rank);
+    None when either is constant (no order to follow) or n < 3."""
+    def ranks(x: Tensor) -> Tensor:
+        x = x.detach().double().cpu()
+        order = torch.argsort(x)
+        sorted_x = x[order]
+        rank = torch.empty_like(x)
+        rank[order] = torch.arange(len(x), dtype=torch.float64)
+        _, inverse, counts = torch.unique_consecutive(sorted_x, return_inverse=True, return_counts=True)
+        first = torch.cumsum(counts, 0) - counts  # mean rank of each tie group
+        rank[order] = (first.double() + (counts.double() - 1) / 2)[inverse]
+        return rank
+
+    if values.numel() < 3:
+        return None
+    a, b = ranks(values), ranks(reference)
+    a, b = a - a.mean(), b - b.mean()
+    denominator = float(a.norm() * b.norm())
+    return None if denominator == 0 else float(a @ b) / denominator
+

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from simcalib.calibrators.base import HIDDEN_LABEL, CalibrationGraph, Calibrator, TemperatureCalibrator
 from simcalib.calibrators.cagcn import CaGCN
-from simcalib.calibrators.defaults import default_weight_decay
+from simcalib.calibrators.defaults import SIMCALIB_DECAY_ALL_WEIGHT_DECAY, default_weight_decay
 from simcalib.calibrators.dirichlet import Dirichlet
 from simcalib.calibrators.ets import ETS
 from simcalib.calibrators.gats import GATS
@@ -99,6 +99,12 @@ register_calibrator("SimCalib_separate", SimCalib, "SimCalib with each branch fi
 # The grid criterion before screen 3 (NLL on the early-stopping nodes), to compare with the current default.
 register_calibrator("SimCalib_stop_nll", SimCalib, "SimCalib choosing its (w, t) point by NLL on the early-stopping nodes",
                     grid_criterion="stop_nll")
+# T_feat = softplus(G_feat(s, A)) with 0.05 decay on every parameter: one constant T_feat per run, kept to measure
+# what the anchored feature branch changes on the same backbones (docs/decisions.md).
+register_calibrator("SimCalib_decay_all", SimCalib,
+                    "SimCalib with T_feat = softplus(G_feat) and weight decay 0.05 on every parameter",
+                    feature_temperature="softplus", standardize_similarity=False, decay="all", stopping="train",
+                    weight_decay=SIMCALIB_DECAY_ALL_WEIGHT_DECAY)
 register_calibrator("SimCalib_l", SimCalib, "SimCalib with the backbone's logits instead of s_i in G_feat",
                     feature_input="logits")
 register_calibrator("SimCalib_m", SimCalib, "SimCalib, movement-similarity branch only (w = 0)", w=0.0)

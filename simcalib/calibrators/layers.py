@@ -253,6 +253,11 @@ class GridGCN(nn.Module):
     def output_bias(self) -> Tensor:
         return self.bias2  # [P, 1]
 
+    def zero_output_(self) -> None:
+        """Output weights to zero: every point's output starts at its bias on every node."""
+        with torch.no_grad():
+            self.weight2.zero_()
+
     @staticmethod
     def prepare(x: Tensor, edge_index: Tensor, num_nodes: int) -> tuple[Tensor, SparseOperand]:
         return TwoLayerGCN.propagate_inputs(x, edge_index, num_nodes)
@@ -307,6 +312,14 @@ class GridGAT(nn.Module):
 
     def output_bias(self) -> Tensor:
         return torch.stack([net.output_bias() for net in self.nets])  # [P, 1]
+
+    def zero_output_(self) -> None:
+        """Output layer's weights to zero: every point's output starts at its bias on every node."""
+        with torch.no_grad():
+            for net in self.nets:
+                for name, parameter in net.conv2.named_parameters():
+                    if name != "bias":
+                        parameter.zero_()
 
     def set_output_bias(self, value: float) -> None:
         with torch.no_grad():

@@ -117,9 +117,16 @@ from simcalib.calibrators.movement import (
     transform_logits,
 )
 from simcalib.calibrators.training import fit_nll_grid
+from simcalib.calibrators.ts import nll_temperature
 from simcalib.errors import ConfigError
 from simcalib.metrics import ece as expected_calibration_error
-from simcalib.similarity import DEFAULT_RIDGE, mahalanobis_to_prototypes, normalized_similarity
+from simcalib.similarity import (
+    DEFAULT_RIDGE,
+    mahalanobis_to_prototypes,
+    nearest_prototype_distance,
+    normalized_similarity,
+    spearman,
+)
 
 PAPER_W_GRID = (0.6, 0.8, 0.9)
 PAPER_T_GRID = (0.3, 0.5, 1.0)
@@ -173,7 +180,7 @@ class SimCalib(GraphInputsCache, Calibrator):
         t_grid: Sequence[float] = PAPER_T_GRID,
         grid_criterion: str = "fit_nll",
         training: str = "joint",
-        decay: str = "all",
+        decay: str = "weights",
         feature_input: str = "mahalanobis",
         prototype_nodes: str = "train",
         covariance_ridge: float = DEFAULT_RIDGE,
@@ -183,6 +190,10 @@ class SimCalib(GraphInputsCache, Calibrator):
         feat_dropout: float = 0.5,
         feat_heads: int = 1,
         init_temperature: float = 1.0,
+        feature_temperature: str = "anchored",
+        feature_bound: float = 1.0,
+        standardize_similarity: bool = True,
+        stopping: str = "holdout",
         heads: int = 2,
         movement_bias: float | None = 1.0,
         confidence_term: bool = False,
@@ -205,6 +216,8 @@ class SimCalib(GraphInputsCache, Calibrator):
         t_grid = self._check_grid("t", t_values, 0.0, math.inf) if relative_degree else (0.0,)
         choices = {"grid_criterion": (grid_criterion, GRID_CRITERIA), "training": (training, ("joint", "separate")),
                    "decay": (decay, ("weights", "all")),
+                   "feature_temperature": (feature_temperature, ("anchored", "softplus")),
+                   "stopping": (stopping, ("train", "holdout", "calibration")),
                    "feature_input": (feature_input, ("mahalanobis", "logits")),
                    "prototype_nodes": (prototype_nodes, ("train", "labelled")), "feat_gnn": (feat_gnn, ("gcn", "gat")),
                    "homophily_logits": (homophily_logits, LOGIT_TRANSFORMS),
@@ -214,6 +227,8 @@ class SimCalib(GraphInputsCache, Calibrator):
                 raise ConfigError(f"SimCalib option {option}={value!r} is not one of: {', '.join(valid)}")
         if heads < 1:
             raise ConfigError(f"SimCalib needs at least one movement head, got heads={heads}")
+        if feature_bound <= 0:
+            raise ConfigError(f"SimCalib feature_bound must be > 0 (the largest |log T_feat,i - log T_0|), got {feature_bound}")
         if init_temperature <= 0:
             raise ConfigError(f"SimCalib init_temperature must be > 0, got {init_temperature}")
         if movement_bias is not None and movement_bias <= 0:
@@ -237,6 +252,11 @@ class SimCalib(GraphInputsCache, Calibrator):
         # 585 instead of 1285 epochs): only a strictly lower NLL resets it; a tie still keeps the later parameters.
         self.tie_resets_patience = tie_resets_patience
         self.init_temperature = init_temperature
+        self.feature_temperature_form, self.feature_bound = feature_temperature, feature_bound
+        self.standardize_similarity = standardize_similarity
+        self.stopping = stopping
+        # log T_0 of the anchored form: temperature scaling's optimum on the fit nodes, set by fit()
+        self.register_buffer("log_anchor", torch.zeros(()))
         self.point = 0  # the grid point in use; fit() chooses it
         self.register_buffer("log_w", torch.tensor([math.log(wv) if wv > 0 else -math.inf for wv, _ in self.points]))
         self.register_buffer("log_1mw", torch.tensor([math.log1p(-wv) if wv < 1 else -math.inf for wv, _ in self.points]))
@@ -276,12 +296,14 @@ class SimCalib(GraphInputsCache, Calibrator):
             if self.feature_input == "logits":  # ablation l
                 s = graph.logits
             else:
-                nodes = graph.train_idx if self.prototype_nodes == "train" else graph.labelled_idx()
-                distances = mahalanobis_to_prototypes(graph.hidden, graph.labels, nodes, self.num_classes,
+                distances = mahalanobis_to_prototypes(graph.hidden, graph.labels, self._prototype_nodes(graph),
+                                                      self.num_classes,
                                                       self.covariance_ridge)
                 s = normalized_similarity(distances).to(graph.device)  # [N, K]
             if self.sort_similarity:  # class-agnostic: nearest prototype first
                 s = s.sort(dim=1).values
+            if self.standardize_similarity:  # each coordinate to mean 0, std 1 over all nodes (no label read)
+                s = (s - s.mean(dim=0)) / s.std(dim=0).clamp(min=1e-6)
             feature = self.feature_gnn.prepare(s, graph.edge_index, graph.num_nodes)
         messages, gap, movement_graph = None, None, None
         if self.movement_weight is not None:
@@ -298,6 +320,9 @@ class SimCalib(GraphInputsCache, Calibrator):
             if self.confidence_coef is not None:
                 gap = confidence_gap(graph.logits, edges)
         return SimCalibInputs(feature, messages, gap, movement_graph)
+
+    def _prototype_nodes(self, graph: CalibrationGraph) -> Tensor:
+        return graph.train_idx if self.prototype_nodes == "train" else graph.labelled_idx()
 
     def _messages(self, g: MovementGraph, eta: Tensor, t: float) -> Tensor:
         """m_i = sum_j alpha_ij eta_j ((d_i+1)/(d_j+1))^t sort(z_j), [N, K]."""
@@ -339,11 +364,15 @@ class SimCalib(GraphInputsCache, Calibrator):
 
     def grid_feature_temperature(self, graph: CalibrationGraph, nodes: Tensor | None = None,
                                  points: Tensor | None = None) -> Tensor:
-        """T_feat = softplus(G_feat(s, A)) + 1e-3 of every grid point (or of ``points``), [P, N, 1] (or on
-        ``nodes``: [P, n, 1])."""
+        """T_feat of every grid point (or of ``points``), [P, N, 1] (or on ``nodes``: [P, n, 1]): anchored,
+        T_0 exp(c tanh(G_feat(s, A) / c)); softplus, softplus(G_feat(s, A)) + 1e-3."""
         inputs, restricted = self._feature_inputs(graph, nodes)
         raw = self.feature_gnn(inputs, points)  # [P, n or N, 1]
-        return softplus_temperature(raw if nodes is None or restricted else raw[:, nodes])
+        raw = raw if nodes is None or restricted else raw[:, nodes]
+        if self.feature_temperature_form == "softplus":
+            return softplus_temperature(raw)
+        bound = self.feature_bound
+        return torch.exp(self.log_anchor + bound * torch.tanh(raw / bound))
 
     def grid_movement_temperature(self, graph: CalibrationGraph, nodes: Tensor | None = None,
                                   points: Tensor | None = None) -> Tensor:
@@ -416,7 +445,10 @@ class SimCalib(GraphInputsCache, Calibrator):
         """The same start for every grid point (one draw, copied), whatever the grid's size."""
         if self.feature_gnn is not None:
             self.feature_gnn.reset_parameters()
-            bias = inverse_softplus_temperature(self.init_temperature)  # T_feat starts at init_temperature
+            if self.feature_temperature_form == "anchored":  # T_feat starts at T_0 on every node
+                self.feature_gnn.zero_output_()
+            bias = (0.0 if self.feature_temperature_form == "anchored" else
+                    inverse_softplus_temperature(self.init_temperature))  # softplus: T_feat starts at init_temperature
             if hasattr(self.feature_gnn, "set_output_bias"):
                 self.feature_gnn.set_output_bias(bias)
             else:
@@ -506,7 +538,13 @@ class SimCalib(GraphInputsCache, Calibrator):
         fit_idx = graph.cal_idx if fit_idx is None else fit_idx
         stop_idx = graph.train_idx if stop_idx is None else stop_idx
         seed = int(torch.randint(0, 2**31 - 1, ()).item())  # one draw: same global seed, same fit
+        if self.stopping == "calibration":
+            stop_idx = fit_idx
+        elif self.stopping == "holdout":
+            fit_idx, stop_idx = class_halves(fit_idx, graph.labels[fit_idx], seed)
         self._restricted_cache, self._restricted_graph = {}, None  # gather anew: the graph's tensors may have changed
+        if self.feature_gnn is not None and self.feature_temperature_form == "anchored":
+            self.log_anchor.fill_(math.log(nll_temperature(graph.logits[fit_idx], graph.labels[fit_idx])))
         with self._seeded(seed, graph.device):
             self.reset_parameters()
             super().fit(graph, fit_idx, stop_idx)  # checks, prepare(), then train_parameters below
@@ -542,4 +580,21 @@ class SimCalib(GraphInputsCache, Calibrator):
             values = temperature(graph)[nodes].flatten() if present else None
             row[f"{key}_mean"] = float(values.mean()) if present else None
             row[f"{key}_std"] = float(values.std(unbiased=False)) if present else None
+        row["t_feat_spearman"] = None
+        if self.feature_gnn is not None:  # does T_feat follow the distance to the nearest prototype?
+            distance = nearest_prototype_distance(graph.hidden, graph.labels, self._prototype_nodes(graph),
+                                                  self.num_classes, nodes, self.covariance_ridge)
+            row["t_feat_spearman"] = spearman(self.feature_temperature(graph)[nodes].flatten(), distance)
         return row
+
+
+def class_halves(nodes: Tensor, labels: Tensor, seed: int) -> tuple[Tensor, Tensor]:
+    """``nodes`` split into two halves per class by a shuffle from ``seed``: (first halves, second halves)."""
+    generator = torch.Generator().manual_seed(seed)
+    first, second = [], []
+    for k in labels.unique().tolist():
+        members = nodes[labels.cpu() == k] if nodes.device.type == "cpu" else nodes[labels == k]
+        members = members[torch.randperm(len(members), generator=generator).to(members.device)]
+        first.append(members[(len(members) + 1) // 2:])
+        second.append(members[: (len(members) + 1) // 2])
+    return torch.cat(first), torch.cat(second)
