@@ -156,6 +156,23 @@ def test_kill_9_then_the_same_command_recomputes_nothing_finished(reference, stu
     pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))  # identical numbers, bit for bit
 
 
+@pytest.mark.slow  # 6 study runs in subprocesses: ~3 min on the shared 2-core machine
+# (What the resume took from the cache is checked by the fast kill test above; here only the rows, since a
+# change to the library's numeric code between the two runs rightly recomputes everything.)
+def test_killed_at_several_points_the_study_resumes_to_the_uninterrupted_rows(reference, study_env, prefect_api,
+                                                                             tmp_path):
+    for after in (1, 6, 11):
+        study_file = study_env.write(f"killed-after-{after}", runner={"workers": 1})
+        killed = _start(study_file, prefect_api, tmp_path, SIMCALIB_FAULT_KILL_AFTER=str(after))
+        output, _ = killed.communicate(timeout=300)
+        assert killed.returncode == -signal.SIGKILL, output
+        resumed = _start(study_file, prefect_api, tmp_path)
+        output, _ = resumed.communicate(timeout=300)
+        assert resumed.returncode == 0, output
+        results = pd.read_csv(study_file.parent / "out" / "Cora_GCN" / "results.csv")
+        pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))
+
+
 def test_rows_record_their_split_and_data_definition(reference):
     results = reference.results
     assert results["split_digest"].nunique() == 1 and results["data_digest"].nunique() == 1
