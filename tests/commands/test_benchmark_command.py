@@ -136,6 +136,17 @@ def test_a_second_invocation_on_one_folder_is_refused_or_waits(tmp_path, mirror_
     assert len(pd.read_csv(tmp_path / "x" / "results.csv")) == 6
 
 
+def test_the_same_command_started_twice_at_once_writes_every_run_once(tmp_path, mirror_dir, splits_dir):
+    env = _env(mirror_dir, splits_dir)
+    both = [subprocess.Popen(_small(tmp_path, "x"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    outcomes = [(process.wait(timeout=300), process.stderr.read()) for process in both]
+    for code, stderr in outcomes:  # one runs, the other is refused (or, had the first finished, finds all done)
+        assert code == 0 or (code == 2 and "is being written by pid" in stderr), stderr
+    results = pd.read_csv(tmp_path / "x" / "results.csv")
+    assert len(results) == 6 and not results.duplicated(["calibrator", "split", "init", "fold"]).any()
+
+
 @pytest.mark.slow  # 13 CLI runs: ~2.5 min on the shared 2-core machine
 def test_killed_at_several_points_with_one_and_two_workers_resumes_to_the_uninterrupted_rows(tmp_path, mirror_dir,
                                                                                             splits_dir):
