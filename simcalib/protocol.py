@@ -43,6 +43,7 @@ from simcalib.calibrators import (
 from simcalib.calibrators.across_runs import fit_across_runs, generator_after_build, stackable
 from simcalib.data import GraphData, get_spec, graph_digest, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
+from simcalib.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
 from simcalib.integrity import (
     DEFINITION_COLUMNS,
     check_append,
@@ -51,7 +52,6 @@ from simcalib.integrity import (
     results_lock,
     write_error,
 )
-from simcalib.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
 from simcalib.metrics import METRIC_NAMES, compute_metrics
 from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
 from simcalib.similarity import nearest_prototype_distance
