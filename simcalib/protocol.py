@@ -153,26 +153,17 @@ def run_split(run: Run, settings: ProtocolSettings, graph: GraphData | None = No
                      settings.fold_rate, settings.n_folds, settings.test_rate, settings.generated_splits)
 
 
-@functools.lru_cache(maxsize=64)
-def _split_definition(dataset: str, split: int, settings: ProtocolSettings, splits_dir: str | None) -> tuple[str, str]:
-    chosen = run_split(Run(dataset, "GCN", split, 0, 0), settings)
-    return split_digest(chosen), split_source_label(chosen)
-
-
-@functools.lru_cache(maxsize=8)
-def _data_digest(dataset: str, data_root: str | None, mirror: str | None) -> str:
-    return graph_digest(_load_graph(dataset, data_root, mirror))
-
-
 def run_definition(run: Run, settings: ProtocolSettings) -> dict[str, str]:
     """What defines ``run`` besides its seed (the :data:`~simcalib.integrity.DEFINITION_COLUMNS` of its rows):
-    the digest of its split's node indices, of the processed graph, and where the split came from."""
-    splits_dir = settings.resolved_splits_dir()
-    digest, source = _split_definition(get_spec(run.dataset).name, run.split, settings,
-                                       str(splits_dir) if splits_dir else None)
-    return {"split_digest": digest, "data_digest": _data_digest(get_spec(run.dataset).name, settings.data_root,
-                                                                 settings.mirror),
-            "split_source": source}
+    the digest of its split's node indices, of the processed graph, and where the split came from. Read from
+    the graph and split the run itself uses (:func:`load_graph`, :func:`run_split`)."""
+    graph = load_graph(run.dataset, settings)
+    digest = getattr(graph, "_simcalib_digest", None)  # once per loaded graph: hashing a large graph takes a while
+    if digest is None:
+        digest = graph_digest(graph)
+        graph._simcalib_digest = digest
+    split = run_split(run, settings, graph)
+    return {"split_digest": split_digest(split), "data_digest": digest, "split_source": split_source_label(split)}
 
 
 def describe_split_sources(dataset: str, splits: Iterable[int], settings: ProtocolSettings) -> str:
