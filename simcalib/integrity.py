@@ -148,9 +148,11 @@ def check_results(frame: pd.DataFrame, where: str, dedupe: bool = False,
     if repeated.any():
         hint = ("they differ, so --dedupe cannot choose; remove the wrong rows" if dedupe else
                 "remove the repeats, or rerun with --dedupe to keep the first of identical ones")
+        files = (f" in the results.csv of {', '.join(sorted(map(str, set(keyed.loc[repeated, 'source']))))}"
+                 if "source" in keyed.columns else "")
         raise DataCorruptError(f"{where}: {int(keyed.duplicated(subset=RUN_KEY).sum())} result row(s) repeat a "
-                               f"run ({_keys_text(keyed[repeated])}); a run counted twice would bias every mean and "
-                               f"test: {hint}")
+                               f"run{files} ({_keys_text(keyed[repeated])}); a run counted twice would bias every "
+                               f"mean and test: {hint}")
     for column, group, what in (("split_digest", ["dataset", "split", "label_rate"], "split"),
                                 ("data_digest", ["dataset"], "dataset")):
         if column not in keyed.columns:

@@ -26,7 +26,8 @@ def test_every_results_file_below_the_folder_is_read_with_its_label_rate(synthet
 def test_a_run_repeated_in_one_folder_is_refused_unless_identical_repeats_are_deduplicated(tmp_path):
     write_benchmark(tmp_path / "a", "Cora", "GCN", ["UnCal"], predictions=False)
     write_benchmark(tmp_path / "copy_of_a", "Cora", "GCN", ["UnCal"], predictions=False)
-    with pytest.raises(DataCorruptError, match=r"6 result row\(s\) repeat a run \(Cora/GCN/UnCal s0 i0 f0") as info:
+    with pytest.raises(DataCorruptError, match=r"6 result row\(s\) repeat a run in the results.csv of a, copy_of_a "
+                                               r"\(Cora/GCN/UnCal s0 i0 f0") as info:
         load_study_results(tmp_path)
     assert "\n" not in str(info.value) and "--dedupe" in str(info.value)
     with dedupe_identical():
