@@ -77,7 +77,7 @@ class RunsSpec(_Strict):
 class DataSpec(_Strict):
     mirror: str | None = None  # None: $SIMCALIB_DATA_MIRROR
     root: str | None = None  # None: $SIMCALIB_DATA_ROOT or ./data
-    splits_dir: str | None = None  # None: $SIMCALIB_SPLITS_DIR (absent: generated splits)
+    splits_dir: str | None = None  # None: $SIMCALIB_SPLITS_DIR, else ../shared/datasets/splits, else <root>/splits
     cache_dir: str | None = None  # backbone cache; None: $SIMCALIB_CACHE_DIR or .cache/simcalib
 
 

@@ -69,7 +69,7 @@ def register(sub) -> None:
                           help="report path (default: results/tuning/<dataset>_<backbone>_<calibrator>.md)")
     protocol = tune.add_argument_group("protocol")
     protocol.add_argument("--seed", type=int, default=10, help="study seed (the paper's: 10)")
-    protocol.add_argument("--splits-dir", help="fixed GATS split files (default: $SIMCALIB_SPLITS_DIR; absent: generated)")
+    protocol.add_argument("--splits-dir", help="fixed GATS split files (default: $SIMCALIB_SPLITS_DIR, else ../shared/datasets/splits beside the checkout, else DATA_ROOT/splits)")
     protocol.add_argument("--generated-splits", action="store_true",
                           help="allow split indices without a fixed split file (e.g. --splits 9 with 5 files): they are drawn "
                                "from the seed by the same rule; without it such a selection is refused")
