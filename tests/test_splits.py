@@ -162,3 +162,58 @@ def test_the_fixed_splits_are_found_without_configuration_and_never_silently_rep
         split_sources("Cora", [0], None)
     assert split_sources("Cora", [0], None, generated_splits=True) == {0: "generated"}
     assert split_sources("Cora", [0], None, fold_rate=0.01) == {0: "generated"}
+
+
+def test_a_generated_split_is_drawn_from_the_study_seed_dataset_split_index_and_label_rate():
+    from simcalib.splits import split_seed
+
+    # the seed of Cora's generated split 0 under the study seed: a changed derivation would change every
+    # generated split of every study
+    assert split_seed(10, "Cora", 0, 0.05, 3) == 1793659523
+    seeds = {split_seed(10, "Cora", 0, 0.05, 3), split_seed(11, "Cora", 0, 0.05, 3),
+             split_seed(10, "Citeseer", 0, 0.05, 3), split_seed(10, "Cora", 1, 0.05, 3),
+             split_seed(10, "Cora", 0, 0.1, 3), split_seed(10, "Cora", 0, 0.05, 4)}
+    assert len(seeds) == 6  # every part of the identity matters
+    for rate in (0.85, 0.5):
+        got = get_split("Cora", LABELS, 1, 10, None, test_rate=rate, generated_splits=True)
+        want = generate_split(LABELS, split_seed(10, "Cora", 1, 0.05, 3), test_rate=rate)
+        assert all(np.array_equal(a, b) for a, b in zip(got.folds, want.folds)) and np.array_equal(got.test, want.test)
+    assert got.source == f"generated(seed={split_seed(10, 'Cora', 1, 0.05, 3)})"
+
+
+def test_every_fold_can_be_the_calibration_fold_and_no_other():
+    split = generate_split(LABELS, seed=0)
+    for fold in range(3):
+        assert np.array_equal(split.fold_indices(fold)[1], np.sort(split.folds[fold]))
+    for fold in (-1, 3):
+        with pytest.raises(ConfigError, match=rf"^fold {fold} out of range: this split has 3 folds \(0..2\)$"):
+            split.fold_indices(fold)
+
+
+@pytest.mark.parametrize("fold_rate,n_folds,test_rate,valid", [
+    (0.05, 3, 1.0, True), (1 / 3, 3, 0.85, False), (0.0, 3, 0.85, False), (0.05, 3, 0.0, False),
+    (0.05, 3, 1.5, False),
+])
+def test_label_rates_must_leave_unlabelled_nodes_and_test_rates_lie_in_zero_one(fold_rate, n_folds, test_rate, valid):
+    if valid:
+        assert len(generate_split(LABELS, 0, fold_rate, n_folds, test_rate).test) > 0
+        return
+    message = rf"fold_rate \* n_folds = {fold_rate * n_folds:.3f} must be in \(0, 1\) and test_rate = {test_rate} in \(0, 1\]"
+    with pytest.raises(ConfigError, match=message):
+        generate_split(LABELS, 0, fold_rate, n_folds, test_rate)
+
+
+def test_split_files_are_read_as_int64_and_checked_against_the_graph(tmp_path):
+    path = tmp_path / "split_0.npz"
+    np.savez(path, fold0=np.array([0, 1], np.int32), fold1=np.array([2], np.int32), fold2=np.array([3], np.int32),
+             test=np.array([4, 5], np.int32))
+    split = load_split_file(path, num_nodes=6)
+    assert all(f.dtype == np.int64 for f in split.folds) and split.test.dtype == np.int64
+    with pytest.raises(DataCorruptError, match=r"indexes nodes outside 0\.\.4: it belongs to another graph"):
+        load_split_file(path, num_nodes=5)  # node 5 is one past the last
+    np.savez(path, fold0=np.array([0, 1]), test=np.array([1, 2]))
+    with pytest.raises(DataCorruptError, match="has overlapping folds/test indices"):
+        load_split_file(path, num_nodes=6)
+    np.savez(path, test=np.array([1, 2]))
+    with pytest.raises(DataCorruptError, match="has no fold arrays"):
+        load_split_file(path, num_nodes=6)
