@@ -217,3 +217,18 @@ def test_split_files_are_read_as_int64_and_checked_against_the_graph(tmp_path):
     np.savez(path, test=np.array([1, 2]))
     with pytest.raises(DataCorruptError, match="has no fold arrays"):
         load_split_file(path, num_nodes=6)
+
+
+def test_a_splits_folder_is_read_for_the_protocol_its_name_says_and_an_unnamed_one_for_the_papers(tmp_path):
+    def holding(folder):
+        (folder / "Cora").mkdir(parents=True)
+        np.savez(folder / "Cora" / "split_0.npz", fold0=np.array([0]), fold1=np.array([1]), fold2=np.array([2]),
+                 test=np.array([3]))
+        return folder
+
+    unnamed, named = holding(tmp_path / "splits"), holding(tmp_path / "gats_10_3f_85")
+    assert find_split_file(unnamed, "Cora", 0, "5_3f_85") == unnamed / "Cora" / "split_0.npz"
+    assert find_split_file(unnamed, "Cora", 0, "10_3f_85") is None
+    assert find_split_file(named, "cora", 0, "10_3f_85") == named / "Cora" / "split_0.npz"  # any case of the name
+    assert find_split_file(named, "Cora", 0, "5_3f_85") is None
+    assert find_split_file(tmp_path, "Cora", 0, "10_3f_85") == named / "Cora" / "split_0.npz"  # the parent of both
