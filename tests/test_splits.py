@@ -232,3 +232,9 @@ def test_a_splits_folder_is_read_for_the_protocol_its_name_says_and_an_unnamed_o
     assert find_split_file(named, "cora", 0, "10_3f_85") == named / "Cora" / "split_0.npz"  # any case of the name
     assert find_split_file(named, "Cora", 0, "5_3f_85") is None
     assert find_split_file(tmp_path, "Cora", 0, "10_3f_85") == named / "Cora" / "split_0.npz"  # the parent of both
+
+
+@pytest.mark.parametrize("value", ["none", "None", "NONE"])
+def test_splits_dir_none_in_the_environment_means_no_fixed_splits(value, monkeypatch):
+    monkeypatch.setenv("SIMCALIB_SPLITS_DIR", value)
+    assert resolve_splits_dir(None) == (None, "no fixed splits ($SIMCALIB_SPLITS_DIR=none)")
