@@ -85,7 +85,7 @@ register_calibrator("VS", VS)
 register_calibrator("ETS", ETS)
 register_calibrator("CaGCN", CaGCN)
 register_calibrator("GATS", GATS)
-# Calibrators beyond the paper's seven (issue 13): the GATS code's four extra ones, and GETS.
+# Calibrators beyond the paper's seven: the GATS code's four extra ones, and GETS.
 register_calibrator("Dirichlet", Dirichlet)
 register_calibrator("IRM", IRM)
 register_calibrator("Spline", Spline)
@@ -93,10 +93,10 @@ register_calibrator("OrderInvariant", OrderInvariant)
 register_calibrator("GETS", GETS)
 # SimCalib and its ablations (paper Table 3): presets of one implementation.
 register_calibrator("SimCalib", SimCalib)
-# SimCalib's branches fitted one at a time (the default before issue 10), to compare with the paper's joint fit.
+# SimCalib's branches fitted one at a time, to compare with the paper's joint fit.
 register_calibrator("SimCalib_separate", SimCalib, "SimCalib with each branch fitted alone, then mixed by w",
                     training="separate")
-# The grid criterion before screen 3 (NLL on the early-stopping nodes), to compare with the current default.
+# The grid point chosen by NLL on the early-stopping nodes instead of the fit nodes.
 register_calibrator("SimCalib_stop_nll", SimCalib, "SimCalib choosing its (w, t) point by NLL on the early-stopping nodes",
                     grid_criterion="stop_nll")
 # T_feat = softplus(G_feat(s, A)) with 0.05 decay on every parameter: one constant T_feat per run, kept to measure

@@ -1,4 +1,4 @@
-r"""One calibrator fitted on several runs of one graph at once (issue 11): the runs of a split share the
+r"""One calibrator fitted on several runs of one graph at once: the runs of a split share the
 graph, and a small calibrator's epoch costs less than the Python and kernel-launch overhead of running it.
 
 A *run stack* holds R copies of one calibrator, one per run, as parameters with a leading run dimension
@@ -19,7 +19,7 @@ generator that starts where the global generator stood after that run's calibrat
 calibrators, which then predict and audit as usual.
 
 Stacked here: TS, VS, ETS (its TS part; the simplex weights stay a per-run SLSQP), CaGCN and GATS. Every other
-calibrator keeps its per-run fit (:func:`stackable`). Measured in ``reports/performance/README.md`` section 9.
+calibrator keeps its per-run fit (:func:`stackable`). Measured in ``reports/performance/README.md``.
 """
 
 from __future__ import annotations

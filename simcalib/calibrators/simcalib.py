@@ -3,83 +3,63 @@ r"""SimCalib: similarity-aware GNN calibration (paper Methods; PROTOCOL section 
 .. math::
     \hat p_i = w\, \mathrm{softmax}(z_i / T_{feat,i}) + (1 - w)\, \mathrm{softmax}(z_i / T_{move,i}),
 
-* feature similarity: :math:`T_{feat} = \mathrm{softplus}(G_{feat}(s, A))`, with :math:`s_i` the
-  L2-normalised squared Mahalanobis distances of node i's first-layer features to the class prototypes
-  (:mod:`simcalib.similarity`) and :math:`G_{feat}` a two-layer GCN or GAT;
+* feature similarity: :math:`T_{feat,i} = T_0 \exp\big(c \tanh(G_{feat}(\tilde s, A)_i / c)\big)`, with
+  :math:`s_i` the L2-normalised squared Mahalanobis distances of node i's first-layer features to the class
+  prototypes (:mod:`simcalib.similarity`), :math:`\tilde s` each coordinate of s standardised over all nodes,
+  :math:`G_{feat}` a two-layer GCN (or GAT) whose output layer starts at zero, :math:`T_0` temperature
+  scaling's optimum on the nodes the fit uses and c = ``feature_bound`` (|log T_feat,i - log T_0| < c);
 * representation-movement similarity: :math:`T_{move}` from homophily attention, relative degree and the
   sorted logits (:mod:`simcalib.calibrators.movement`), averaged over ``heads`` heads;
 * w and t: the paper's grid, w in {0.6, 0.8, 0.9} x t in {0.3, 0.5, 1.0}, each point fitted with the common
   training rule and the best chosen on labelled nodes only (never test nodes); fixed ``w``/``t`` skip it.
 
-Training (the paper's objective): the mixture :math:`\hat p_i` itself minimises the NLL of the calibration fold,
-early-stopped on the training folds' NLL. The 9 grid points are one model with a leading grid dimension P
-(every parameter is [P, ...]): one forward pass per epoch computes all of them, each point keeps its own
-early stopping and checkpoint (:func:`simcalib.calibrators.training.fit_nll_grid`), and a point's numbers are
-those it would have if it were fitted alone from the same seed (same start, same dropout stream).
-
-Temperatures are positive by :func:`~simcalib.calibrators.layers.softplus_temperature` (softplus + 1e-3),
-which has a gradient everywhere: a clamp at 1e-3 (as TS and GATS have) makes every fit that touches it stop
-moving, which is what made the earlier joint fits look degenerate.
+Training (the paper's objective): the mixture :math:`\hat p_i` itself minimises the NLL of the calibration nodes.
+By default (``stopping="holdout"``) the calibration fold is split per class in two halves: the fit uses one,
+and each grid point keeps the parameters of its lowest NLL on the other. The protocol's common rule stops on
+the backbone's training folds (``stopping="train"``), but those nodes define the prototypes, so their s is
+atypically small and the backbone fits them: stopping there rewards sharpening every near-prototype node
+without end. The 9 grid points are one model with a leading grid dimension P (every parameter is [P, ...]):
+one forward pass per epoch computes all of them, each point keeps its own early stopping and checkpoint
+(:func:`simcalib.calibrators.training.fit_nll_grid`), and a point's numbers are those it would have if it
+were fitted alone from the same seed.
 
 Both terms keep the order of z (T > 0), so their mixture keeps the argmax: accuracy-preserving.
 
-Where the paper is silent (PROTOCOL **choice**), a named option with this default:
+Options where the paper is silent (PROTOCOL **choice**; the evidence for each default is in
+docs/decisions.md):
 
-=======================  ==============  =====================================================================
-option                   default         meaning
-=======================  ==============  =====================================================================
-``prototype_nodes``      ``"train"``     nodes forming prototypes and covariance: the backbone's training folds,
-                                         so the calibration fold is as unseen as the test nodes
-                                         (``"labelled"``: + the calibration fold)
-``covariance_ridge``     ``0.0``         0: pseudo-inverse of the shared covariance (Lee et al. 2018);
-                                         > 0: ridge relative to the mean variance
-``eta``                  ``"hops"``      eta_i = hop distance + ``eta_offset`` (the paper's text); ``"learned"``:
-                                         GATS's learnable scalings for hops 0 and 1, 1 beyond
-``eta_offset``           ``1.0``         training nodes (hops 0) get eta = 1, never a division by 0
-``unreachable_hops``     ``None``        hops of nodes with no path to a training node (None: max + 1)
-``homophily_logits``     ``"raw"``       z in the homophily term: ``raw``, ``unit`` (L2) or ``minmax``
-``message_logits``       ``"minmax"``    z sorted in the messages (the paper's z~): ``raw``, ``unit``, ``minmax``
-                                         (each node's logits scaled to [0, 1], as GATS's messages). Chosen on
-                                         labelled nodes by screen 2 of reports/simcalib_joint/README.md
-                                         (crossfit ECE 7.29 vs 7.68 for ``raw``, NLL 0.619 vs 0.621)
-``self_loops``           ``True``        j = i is in N(i) (isolated nodes then still get a message)
-``training``             ``"joint"``     the mixture's NLL (the paper's objective); ``"separate"``: each branch
-                                         fitted alone on its own NLL with its own early stopping, then mixed by
-                                         w (registered as ``SimCalib_separate``; the default until issue 10)
-``decay``                ``"all"``       weight decay on every parameter, biases and the temperatures' offsets
-                                         included; ``"weights"``: weight matrices only. Chosen on labelled nodes
-                                         by the rule of reports/simcalib_joint/README.md (crossfit ECE 7.76 vs
-                                         8.66 over 4 benchmarks): with free biases the joint fit sharpens T_feat
-``grid_criterion``       ``"fit_nll"``   grid selection: NLL on the calibration nodes the points were fitted on;
-                                         ``stop_nll`` (the early-stopping nodes, i.e. the backbone's training
-                                         folds; the default until screen 3), ``stop_ece``, ``fit_ece``. Chosen on
-                                         labelled nodes by screen 3 of reports/simcalib_joint/README.md
-                                         (crossfit ECE 7.21 vs 7.34, NLL 0.6227 vs 0.6195)
-``tie_resets_patience``  ``False``       a grid unit's early stopping: only a strictly lower training-fold NLL
-                                         resets the patience counter (ties still keep the later parameters);
-                                         ``True`` is the GATS code's ``<=``, under which a unit whose NLL stops
-                                         changing trains to the epoch cap. Same choices on labelled nodes in
-                                         75/75 Cora GCN runs, longest unit 1285 -> 585 epochs (section 9 of
-                                         reports/simcalib_joint/README.md)
-=======================  ==============  =====================================================================
-
-Two additions to the paper's equations, both needed under the protocol's training rule (early stopping on
-the training folds, whose nodes favour sharp outputs: a branch that starts sharper than the calibration
-fold wants never leaves its initialisation):
-
-* ``init_temperature`` (1.0): G_feat's output bias starts at softplus^-1(1), so T_feat starts near 1 (the
-  uncalibrated model) like TS does; with a zero bias it starts at softplus(0) = 0.69 and stays there.
-* ``movement_bias`` (1.0): a learnable positive offset softplus(b) added to T_move after the head mean,
-  initialised to 1, as GATS's bias (whose layer the movement branch generalises); ``None`` gives the paper's
-  equation exactly.
+==========================  ==============  ================================================================
+option                      default         meaning
+==========================  ==============  ================================================================
+``feature_temperature``     ``"anchored"``  T_feat as above; ``"softplus"``: softplus(G_feat(s, A)) + 1e-3
+``feature_bound``           ``1.0``         c: T_feat,i within a factor e^c of T_0
+``standardize_similarity``  ``True``        each coordinate of s to mean 0, std 1 over all nodes (no label read)
+``stopping``                ``"holdout"``   early-stopping nodes: a per-class half of the calibration fold;
+                                            ``"train"``: the training folds; ``"calibration"``: the fit nodes
+``decay``                   ``"weights"``   weight decay on weight matrices only; ``"all"``: every parameter
+``prototype_nodes``         ``"train"``     nodes forming prototypes and covariance: the backbone's training
+                                            folds (``"labelled"``: + the calibration fold)
+``covariance_ridge``        ``0.0``         0: pseudo-inverse of the shared covariance (Lee et al. 2018)
+``eta``                     ``"hops"``      eta_i = hop distance + ``eta_offset`` (1.0; never a division by 0)
+``unreachable_hops``        ``None``        hops of nodes with no path to a training node (None: max + 1)
+``homophily_logits``        ``"raw"``       z in the homophily term: ``raw``, ``unit`` (L2) or ``minmax``
+``message_logits``          ``"minmax"``    z sorted in the messages (the paper's z~), each node's scaled to [0, 1]
+``self_loops``              ``True``        j = i is in N(i)
+``training``                ``"joint"``     the mixture's NLL (the paper's objective); ``"separate"``: each
+                                            branch fitted alone, then mixed by w
+``grid_criterion``          ``"fit_nll"``   grid selection: NLL on the nodes the points were fitted on
+``tie_resets_patience``     ``False``       only a strictly lower early-stopping NLL resets the patience
+``movement_bias``           ``1.0``         a learnable positive offset softplus(b) on T_move, starting at 1, as
+                                            GATS's bias; ``None`` gives the paper's equation exactly
+==========================  ==============  ================================================================
 
 Further options: ``w``, ``t`` (fixed values instead of the grid), ``w_grid``, ``t_grid``, ``heads``
 (movement heads, 2), ``feat_gnn`` (``"gcn"``/``"gat"``), ``feat_hidden`` (16), ``feat_dropout`` (0.5),
 ``feat_heads`` (GAT heads, 1), ``feature_input`` (``"mahalanobis"``; ``"logits"`` is ablation l),
-``homophily`` / ``relative_degree`` (ablations r, h, n), ``confidence_term`` (False: GATS's
-neighbour-confidence term in T_move), ``sort_similarity`` (False: sort s_i, nearest prototype first),
-``negative_slope`` (0.2), and the common ``lr`` (0.01), ``weight_decay`` (see
-:mod:`simcalib.calibrators.defaults`), ``max_epochs``, ``patience``.
+``homophily`` / ``relative_degree`` (ablations r, h, n), ``init_temperature`` (softplus form: T_feat's start),
+``confidence_term``, ``sort_similarity``, ``negative_slope`` (0.2), and the common ``lr`` (0.01),
+``weight_decay`` (GATS's per-benchmark values, :mod:`simcalib.calibrators.defaults`), ``max_epochs``,
+``patience``.
 """
 
 
@@ -246,10 +226,9 @@ class SimCalib(GraphInputsCache, Calibrator):
         self.eta_mode, self.eta_offset, self.unreachable_hops = eta, eta_offset, unreachable_hops
         self.self_loops = self_loops
         self.negative_slope = negative_slope
-        # The common rule (GATS code: `<=` resets the patience counter) lets a unit whose early-stopping NLL no
-        # longer changes at all train to the epoch cap; False (the default since section 9 of
-        # reports/simcalib_joint/README.md: same choices on labelled nodes in 75/75 Cora GCN runs, longest unit
-        # 585 instead of 1285 epochs): only a strictly lower NLL resets it; a tie still keeps the later parameters.
+        # The GATS code's `<=` resets the patience counter on a tie, so a unit whose early-stopping NLL stops
+        # changing trains to the epoch cap; False: only a strictly lower NLL resets it (a tie still keeps the
+        # later parameters).
         self.tie_resets_patience = tie_resets_patience
         self.init_temperature = init_temperature
         self.feature_temperature_form, self.feature_bound = feature_temperature, feature_bound

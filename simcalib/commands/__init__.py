@@ -12,5 +12,5 @@ COMMAND_MODULES = [
     "simcalib.commands.report",
     "simcalib.commands.study",
     "simcalib.commands.ui",
-    # Later command groups register here: study (flows), tune (flows), report, ui.
+    "simcalib.commands.feature_signal",
 ]

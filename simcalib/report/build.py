@@ -107,7 +107,11 @@ def grid_choice_blocks(study: StudyResults) -> list[Block]:
     return [Heading(3, "SimCalib's grid choices and fitted temperatures"), Paragraph(
         "Runs in which each (w, t) point of the grid was chosen (on labelled nodes), and the mean over runs of the "
         "mean and std over test nodes of T_feat and T_move at the chosen point (a std near 0: that branch acts as "
-        "one temperature). From the results' audit columns; `tables/simcalib_grid_choices.{md,csv}`."),
+        "one temperature). `nodewise_share`: the share of runs whose T_feat varies over test nodes (coefficient "
+        "of variation >= 0.05); `t_feat_spearman`: the median over runs of the Spearman correlation of T_feat "
+        "with the distance to the nearest class prototype; `inert`: T_feat is one constant in most runs, so "
+        "the variant is a mixture of temperature scaling and the movement branch, not the paper's mechanism. "
+        "From the results' audit columns; `tables/simcalib_grid_choices.{md,csv}`."),
         table_block(*grid_choices_grid(table), numeric_from=2)]
 
 

@@ -68,7 +68,9 @@ def test_the_runs_stop_at_their_own_epochs_and_a_run_does_not_depend_on_its_comp
     fit_across_runs(together, graphs, generators)
     single, generator = built("CaGCN", graphs[1:2], seeds[1:2])
     fit_across_runs(single, graphs[1:2], generator)
-    assert torch.equal(single[0].predict_proba(graphs[1]), together[1].predict_proba(graphs[1]))
+    # equal up to float rounding: the stacked products' reduction order depends on the stack size on some CPUs
+    assert single[0].fit_info["epochs"] == together[1].fit_info["epochs"]
+    assert torch.allclose(single[0].predict_proba(graphs[1]), together[1].predict_proba(graphs[1]), atol=1e-6)
 
 
 def test_what_cannot_be_fitted_together_is_refused_in_words():

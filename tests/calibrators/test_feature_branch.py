@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from simcalib.calibrators import CalibrationGraph, build_calibrator
-from simcalib.similarity import nearest_prototype_distance, spearman
-
 from graph_fixtures import single_thread  # noqa: F401
 
-# A node-wise branch: T_feat's coefficient of variation over test nodes. The oracle on the real benchmarks
-# (docs/decisions.md) fits per-quintile temperatures whose ratio, largest to smallest, is 1.5-3; a CV of 0.05
-# is a tenth of that spread, and the constant branch measures 0.0000-0.002.
-MIN_NODEWISE_CV = 0.05
+from simcalib.calibrators import CalibrationGraph, build_calibrator
+from simcalib.feature_signal import MIN_NODEWISE_CV
+from simcalib.similarity import nearest_prototype_distance, spearman
 
 
 def distance_dependent_problem(seed: int = 0, per_class: int = 300, num_classes: int = 3):

@@ -16,6 +16,8 @@ from simcalib.calibrators import (
     build_calibrator,
     calibrator_names,
 )
+from simcalib.calibrators.simcalib import class_halves
+from simcalib.calibrators.ts import nll_temperature
 from simcalib.errors import ConfigError
 from simcalib.seeding import seed_everything
 
@@ -133,13 +135,22 @@ def test_gradients_reach_every_trainable_parameter(name, options):
     model = build_calibrator(name, graph.num_classes, **options)
     model.prepare(graph)
     model.train()
-    F.nll_loss(model(graph)[graph.cal_idx], graph.labels[graph.cal_idx]).backward()
     trainable = [(n, p) for n, p in model.named_parameters()
                  if p.requires_grad and n not in SECOND_STEP_PARAMETERS.get(name, ())]
     assert trainable
-    for parameter_name, parameter in trainable:
-        assert parameter.grad is not None, f"{name}: no gradient reaches {parameter_name}"
-        assert parameter.grad.abs().sum() > 0, f"{name}: zero gradient for {parameter_name}"
+    # Two steps: a layer behind a zero-initialised output layer (SimCalib's anchored G_feat) gets its first
+    # gradient once that output layer has moved; a dead parameter gets none in either.
+    reached = {n: torch.zeros((), dtype=torch.bool) for n, _ in trainable}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        optimizer.zero_grad()
+        F.nll_loss(model(graph)[graph.cal_idx], graph.labels[graph.cal_idx]).backward()
+        for parameter_name, parameter in trainable:
+            assert parameter.grad is not None, f"{name}: no gradient reaches {parameter_name}"
+            reached[parameter_name] |= parameter.grad.abs().sum() > 0
+        optimizer.step()
+    for parameter_name, _ in trainable:
+        assert reached[parameter_name], f"{name}: zero gradient for {parameter_name}"
 
 
 @pytest.mark.parametrize("name", calibrator_names())
@@ -184,7 +195,7 @@ def test_simcalib_selects_w_and_t_from_the_paper_grid():
 @pytest.mark.parametrize("criterion,nodes", [("fit_nll", "cal_idx"), ("stop_nll", "train_idx")])
 def test_the_grid_point_is_scored_by_nll_on_the_nodes_the_criterion_names(criterion, nodes):
     graph = tiny_graph()
-    model = fitted("SimCalib", graph, grid_criterion=criterion)
+    model = fitted("SimCalib", graph, grid_criterion=criterion, stopping="train")
     idx = getattr(graph, nodes)
     with torch.no_grad():
         nll = [F.nll_loss(lp[idx], graph.labels[idx]).item() for lp in model.grid_log_probs(graph)]
@@ -240,14 +251,46 @@ def test_joint_training_fits_every_grid_point_on_the_mixture():
 @pytest.mark.parametrize("training,same", [("separate", True), ("joint", False)])
 def test_separate_training_fits_the_feature_branch_independently_of_w(training, same):
     graph = tiny_graph()
-    low, high = (fitted("SimCalib", graph, w=w, t=0.5, training=training) for w in (0.6, 0.9))
+    low, high = (fitted("SimCalib", graph, w=w, t=0.5, training=training, stopping="train") for w in (0.6, 0.9))
     with torch.no_grad():
         assert torch.allclose(low.feature_temperature(graph), high.feature_temperature(graph)) is same
 
 
+def test_the_anchored_feature_branch_starts_at_temperature_scaling_on_every_node():
+    graph = tiny_graph()
+    model = fitted("SimCalib", graph, w=0.5, t=0.5, max_epochs=1, stopping="calibration")  # fit nodes: cal_idx
+    anchor = nll_temperature(graph.logits[graph.cal_idx], graph.labels[graph.cal_idx])
+    assert model.log_anchor.exp().item() == pytest.approx(anchor, rel=1e-6)
+    model.reset_parameters()  # the start: G_feat's output layer at zero
+    with torch.no_grad():
+        assert torch.allclose(model.feature_temperature(graph), torch.full((graph.num_nodes, 1), anchor), rtol=1e-5)
+
+
+def test_the_holdout_fit_uses_one_half_of_each_class_and_stops_on_the_other():
+    graph = tiny_graph()
+    first, second = class_halves(graph.cal_idx, graph.labels[graph.cal_idx], seed=3)
+    assert sorted(torch.cat([first, second]).tolist()) == sorted(graph.cal_idx.tolist())
+    assert not set(first.tolist()) & set(second.tolist())
+    for k in graph.labels[graph.cal_idx].unique():
+        in_first, in_second = (int((graph.labels[part] == k).sum()) for part in (first, second))
+        assert abs(in_first - in_second) <= 1
+
+
+def test_the_feature_temperature_stays_within_its_bound_around_the_anchor():
+    graph = tiny_graph()
+    model = build_calibrator("SimCalib", graph.num_classes, w=0.5, t=0.5, feature_bound=0.5)
+    model.prepare(graph)
+    with torch.no_grad():
+        model.feature_gnn.weight2.normal_(0, 50.0)  # a wild G_feat saturates at the bound
+        assert (model.feature_temperature(graph).log() - model.log_anchor).abs().max().item() <= 0.5 + 1e-6
+        model.feature_gnn.weight2.normal_(0, 0.5)  # a moderate one varies over nodes inside it
+        assert (model.feature_temperature(graph).log() - model.log_anchor).std().item() > 0.01
+
+
 def test_branches_start_at_the_initial_temperature():
     graph = tiny_graph()
-    model = build_calibrator("SimCalib", graph.num_classes, w=0.5, t=0.5, init_temperature=2.0, movement_bias=1.0)
+    model = build_calibrator("SimCalib", graph.num_classes, w=0.5, t=0.5, init_temperature=2.0, movement_bias=1.0,
+                             feature_temperature="softplus")
     with torch.no_grad():
         assert torch.allclose(model.feature_temperature(graph), torch.full((graph.num_nodes, 1), 2.0), atol=0.5)
         assert F.softplus(model.feature_gnn.output_bias()).item() + 1e-3 == pytest.approx(2.0)
@@ -268,7 +311,8 @@ def test_temperatures_below_the_old_floor_still_get_a_gradient_and_move():
     # A clamp at 1e-3 had a zero gradient below it: a fit that got there never left (issue 10).
     graph = tiny_graph()
     seed_everything(0)
-    model = build_calibrator("SimCalib", graph.num_classes, w=1.0, max_epochs=30, patience=30)
+    model = build_calibrator("SimCalib", graph.num_classes, w=1.0, max_epochs=30, patience=30,
+                             feature_temperature="softplus")
     model.prepare(graph)
     with torch.no_grad():
         model.feature_gnn.output_bias().fill_(-20.0)  # softplus(-20) = 2e-9: T_feat at the floor 1e-3
@@ -301,15 +345,23 @@ def test_the_batched_grid_equals_fitting_each_point_alone(training):
     assert [g["score"] for g in batched.fit_info["grid"]] == pytest.approx(alone_scores, abs=1e-6)
 
 
-def test_weight_decay_reaches_every_parameter_by_default_or_weight_matrices_only():
+def test_weight_decay_reaches_weight_matrices_only_by_default_or_every_parameter():
     graph = tiny_graph()
-    model = build_calibrator("SimCalib", graph.num_classes, weight_decay=0.05, decay="weights")
+    model = build_calibrator("SimCalib", graph.num_classes, weight_decay=0.05)
     decayed, free = model.parameter_groups()
     names = {id(p): n for n, p in model.named_parameters()}
     assert decayed["weight_decay"] == 0.05 and free["weight_decay"] == 0.0
     assert {names[id(p)] for p in decayed["params"]} == {"feature_gnn.weight1", "feature_gnn.weight2", "movement_weight"}
-    everything = build_calibrator("SimCalib", graph.num_classes, weight_decay=0.05).parameter_groups()
+    assert "log_anchor" not in dict(model.named_parameters())  # T_0 is fitted before training, never decayed
+    everything = build_calibrator("SimCalib", graph.num_classes, weight_decay=0.05, decay="all").parameter_groups()
     assert len(everything[1]["params"]) == 0
+
+
+def test_simcalib_follows_the_gats_decay_of_each_benchmark():
+    assert build_calibrator("SimCalib", 7, "Cora", "GCN").weight_decay == 0.005
+    assert build_calibrator("SimCalib", 5, "Physics", "GAT").weight_decay == 0.001
+    assert build_calibrator("SimCalib", 10, "Computers", "GCN").weight_decay == 0.0
+    assert build_calibrator("SimCalib_decay_all", 7, "Cora", "GCN").weight_decay == 0.05
 
 
 def test_simcalib_audit_reports_the_chosen_point_and_temperatures():

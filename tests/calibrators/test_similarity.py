@@ -147,12 +147,14 @@ def similarity_by_hand(graph, nodes) -> torch.Tensor:
 
 
 def feature_temperature_of(graph, **options) -> torch.Tensor:
-    """SimCalib's T_feat as built from seed 0 (not fitted): a function of G_feat's input s and the graph."""
+    """SimCalib's T_feat as built from seed 0 (not fitted): a function of G_feat's input s and the graph (the
+    softplus form, whose random start already depends on s; the anchored form starts flat at T_0)."""
     from simcalib.calibrators import build_calibrator
     from simcalib.seeding import seed_everything
 
     seed_everything(0)
-    model = build_calibrator("SimCalib", graph.num_classes, w=0.7, t=0.5, **options)
+    model = build_calibrator("SimCalib", graph.num_classes, w=0.7, t=0.5,
+                             **{"feature_temperature": "softplus", **options})
     model.prepare(graph)
     with torch.no_grad():
         return model.eval().feature_temperature(graph)
