@@ -1,4 +1,4 @@
-"""Calibrators fitted on several runs of one graph at once (simcalib.calibrators.across_runs, issue 11)."""
+"""Calibrators fitted on several runs of one graph at once (simcalib.calibrators.across_runs)."""
 
 from __future__ import annotations
 

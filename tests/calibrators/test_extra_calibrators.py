@@ -1,4 +1,4 @@
-"""Dirichlet, IRM, Spline, OrderInvariant and GETS (issue 13) against float64 NumPy or hand-computed references.
+"""Dirichlet, IRM, Spline, OrderInvariant and GETS against float64 NumPy or hand-computed references.
 
 The properties every registered calibrator must have (argmax kept where claimed, poisoned test labels give
 an identical fit, same seed same fit, node permutation) run on these five in test_graph_calibrators.py.

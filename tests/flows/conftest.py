@@ -1,4 +1,4 @@
-"""Fixtures of the study-flow tests: one Prefect test server per session and one tiny reference study.
+"""Fixtures of the study-flow tests: one Prefect test server per pytest session and one tiny reference study.
 
 The tiny study is Cora x GCN, 1 split x 1 init x 3 folds, four classical calibrators, backbones capped at 20
 epochs and single-threaded torch (so runs in this process, in subprocesses and on Dask workers give
@@ -22,7 +22,7 @@ os.environ.setdefault("PREFECT_HOME", str(PROJECT_ROOT / ".prefect"))
 
 @pytest.fixture(scope="session")
 def prefect_api():
-    """One Prefect test server for the session (it takes ~11 s to start); yields its API URL."""
+    """One Prefect test server for the pytest session (it takes ~11 s to start); yields its API URL."""
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 

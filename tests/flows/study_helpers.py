@@ -19,7 +19,7 @@ class StudyEnv:
     root: Path
     mirror: Path
     splits: Path
-    cache_dir: Path  # backbones, shared by every tiny study of the session
+    cache_dir: Path  # backbones, shared by every tiny study of the pytest session
 
     def write(self, name: str, runner: dict | None = None, **changes) -> Path:
         """A tiny study file in its own folder (output and MLflow database inside it)."""
