@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simcalib.data.loading import data_root as default_data_root
 from simcalib.errors import ConfigError, DataCorruptError
 from simcalib.seeding import derive_seed
 
@@ -139,8 +140,6 @@ def resolve_splits_dir(explicit: str | os.PathLike | None = None,
         return Path(value), f"${SPLITS_ENV}"
     if CHECKOUT_SPLITS.is_dir():
         return CHECKOUT_SPLITS, "beside the checkout"
-    from simcalib.data.loading import data_root as default_data_root
-
     cached = default_data_root(data_root) / "splits"
     if cached.is_dir():
         return cached, "cached under the data root"

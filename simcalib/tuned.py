@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from simcalib.backbones import backbone_name
 from simcalib.data import get_spec
 from simcalib.errors import ConfigError
 
@@ -29,8 +30,6 @@ def tuned_dir(folder: str | os.PathLike | None = None) -> Path:
 
 
 def tuned_path(dataset: str, backbone: str, folder: str | os.PathLike | None = None) -> Path:
-    from simcalib.backbones import backbone_name
-
     return tuned_dir(folder) / f"{get_spec(dataset).name}_{backbone_name(backbone)}.yaml"
 
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import os
 
+from simcalib.backbones import backbone_name
+from simcalib.calibrators import canonical_calibrator
+from simcalib.data import get_spec
 from simcalib.tuning.objective import (
     EVALUATIONS,
     METRICS,
@@ -41,10 +44,6 @@ def optuna_storage(url: str | None = None) -> str:
 def study_name(dataset: str, backbone: str, calibrator: str, space: str = DEFAULT_SPACE) -> str:
     """``<Dataset>_<Backbone>_<Calibrator>`` for the default space, ``..._<space>`` for another one (a
     study must keep one space: Optuna rejects an option whose choices change within a study)."""
-    from simcalib.backbones import backbone_name
-    from simcalib.calibrators import canonical_calibrator
-    from simcalib.data import get_spec
-
     name = f"{get_spec(dataset).name}_{backbone_name(backbone)}_{canonical_calibrator(calibrator)}"
     return name if space == DEFAULT_SPACE else f"{name}_{space}"
 

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import yaml
 
-from simcalib.errors import ConfigError
+from simcalib.calibrators import CALIBRATORS, canonical_calibrator
+from simcalib.errors import ConfigError, UnknownNameError
 
 DEFAULT_SPACES_FILE = "study/search_spaces.yaml"
 SPACES_ENV = "SIMCALIB_SEARCH_SPACES"
@@ -105,8 +106,6 @@ def spaces_path(path: str | os.PathLike | None = None) -> Path:
 
 def calibrator_option_names(calibrator: str) -> list[str]:
     """Keyword options the calibrator's constructor accepts (following ``**kwargs`` up to the base class)."""
-    from simcalib.calibrators import CALIBRATORS, canonical_calibrator
-
     names: list[str] = []
     for cls in CALIBRATORS[canonical_calibrator(calibrator)].cls.__mro__:
         if "__init__" not in cls.__dict__:
@@ -243,9 +242,6 @@ def _space(reader: _Reader, calibrator: str, name: str, node: yaml.Node, options
 
 def load_search_spaces(path: str | os.PathLike | None = None) -> dict[str, dict[str, SearchSpace]]:
     """Every space in the file: {canonical calibrator: {space name: SearchSpace}}, fully validated."""
-    from simcalib.calibrators import canonical_calibrator
-    from simcalib.errors import UnknownNameError
-
     path = spaces_path(path)
     if not path.is_file():
         raise ConfigError(f"search spaces file {path} not found; pass --spaces FILE or create it (see {DEFAULT_SPACES_FILE})")
@@ -268,8 +264,6 @@ def load_search_spaces(path: str | os.PathLike | None = None) -> dict[str, dict[
 
 def get_search_space(calibrator: str, space: str = DEFAULT_SPACE, path: str | os.PathLike | None = None) -> SearchSpace:
     """One validated space; ConfigError naming the available ones if it is missing."""
-    from simcalib.calibrators import canonical_calibrator
-
     name = canonical_calibrator(calibrator)
     spaces = load_search_spaces(path)
     if name not in spaces:
