@@ -93,12 +93,6 @@ register_calibrator("OrderInvariant", OrderInvariant)
 register_calibrator("GETS", GETS)
 # SimCalib and its ablations (paper Table 3): presets of one implementation.
 register_calibrator("SimCalib", SimCalib)
-# SimCalib's branches fitted one at a time, to compare with the paper's joint fit.
-register_calibrator("SimCalib_separate", SimCalib, "SimCalib with each branch fitted alone, then mixed by w",
-                    training="separate")
-# The grid point chosen by NLL on the early-stopping nodes instead of the fit nodes.
-register_calibrator("SimCalib_stop_nll", SimCalib, "SimCalib choosing its (w, t) point by NLL on the early-stopping nodes",
-                    grid_criterion="stop_nll")
 # T_feat = softplus(G_feat(s, A)) with 0.05 decay on every parameter: one constant T_feat per run, kept to measure
 # what the anchored feature branch changes on the same backbones (docs/decisions.md).
 register_calibrator("SimCalib_decay_all", SimCalib,

@@ -98,8 +98,7 @@ class RunStack(nn.Module):
 
     Subclasses list the calibrators' parameters they stack (``PARAMETERS``: this module's name -> the
     calibrator's dotted parameter path; each becomes [R, *shape]) and define ``transform`` (log-probabilities
-    of some nodes of some runs). The interface is the one :func:`fit_nll_grid` trains: one unit per run, one
-    branch.
+    of some nodes of some runs). The interface is the one :func:`fit_nll_grid` trains: one unit per run.
     """
 
     PARAMETERS: dict[str, str] = {}
@@ -122,21 +121,21 @@ class RunStack(nn.Module):
     def parameter_groups(self) -> list[dict]:
         return [{"params": [p for p in self.parameters() if p.requires_grad], "weight_decay": self.weight_decay}]
 
-    def parameter_units(self) -> dict[str, tuple[int, None]]:
-        return {name: (0, None) for name, p in self.named_parameters() if p.requires_grad}
+    def parameter_units(self) -> dict[str, None]:
+        return {name: None for name, p in self.named_parameters() if p.requires_grad}
 
-    def unit_shape(self) -> tuple[int, int]:
-        return (len(self.calibrators), 1)
+    def unit_count(self) -> int:
+        return len(self.calibrators)
 
     def unit_losses(self, graph: RunStackGraph, nodes: PaddedNodes, labels: Tensor, runs: Tensor | None) -> Tensor:
-        """Mean NLL of each run's ``nodes``, [p, 1], for the runs ``runs`` (None: all). Only the rows of
+        """Mean NLL of each run's ``nodes``, [p], for the runs ``runs`` (None: all). Only the rows of
         ``nodes`` are turned into probabilities (a run's calibration fold is ~5% of the graph)."""
         index, mask = _pick(nodes.index, runs), _pick(nodes.mask, runs)  # [p, n]
         logits = _pick(graph.logits, runs)
         logits = logits.gather(1, index.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))  # [p, n, K]
         targets = _pick(labels, runs).gather(1, index).clamp(min=0)  # padding reads a real node, masked out below
         nll = -self.transform(logits, runs, index).gather(2, targets.unsqueeze(-1)).squeeze(-1)  # [p, n]
-        return ((nll * mask).sum(1) / mask.sum(1)).unsqueeze(1)
+        return (nll * mask).sum(1) / mask.sum(1)
 
     def transform(self, logits: Tensor, runs: Tensor | None, index: Tensor) -> Tensor:  # pragma: no cover
         """Log-probabilities [p, n, K] of the nodes ``index`` [p, n], whose logits are ``logits`` [p, n, K]."""

@@ -22,19 +22,11 @@ from torch import Tensor
 from simcalib.calibrators.layers import SortedEdges
 from simcalib.errors import ConfigError
 
-LOGIT_TRANSFORMS = ("raw", "unit", "minmax")
 
-
-def transform_logits(logits: Tensor, how: str) -> Tensor:
-    """``raw`` logits, ``unit`` (L2-normalised rows) or ``minmax`` (each row scaled to [0, 1])."""
-    if how == "raw":
-        return logits
-    if how == "unit":
-        return logits / logits.norm(dim=1, keepdim=True).clamp(min=torch.finfo(logits.dtype).tiny)
-    if how == "minmax":
-        low, high = logits.min(dim=1, keepdim=True).values, logits.max(dim=1, keepdim=True).values
-        return (logits - low) / (high - low).clamp(min=torch.finfo(logits.dtype).tiny)
-    raise ConfigError(f"unknown logit transform {how!r}; choose one of {', '.join(LOGIT_TRANSFORMS)}")
+def minmax_rows(logits: Tensor) -> Tensor:
+    r"""Each row scaled to [0, 1] (the logits of :math:`\tilde z_j` before sorting), [N, K]."""
+    low, high = logits.min(dim=1, keepdim=True).values, logits.max(dim=1, keepdim=True).values
+    return (logits - low) / (high - low).clamp(min=torch.finfo(logits.dtype).tiny)
 
 
 def eta_from_hops(hops: Tensor, offset: float = 1.0, unreachable_hops: int | None = None) -> Tensor:
@@ -89,7 +81,7 @@ def movement_messages(sorted_logits: Tensor, alpha: Tensor, eta: Tensor, degree:
 
 def confidence_gap(logits: Tensor, edges: SortedEdges) -> Tensor:
     r"""GATS's neighbour-confidence term :math:`\frac{1}{|N(i)|} \sum_{j \in N(i)} (c_i - c_j)`, [N, 1], with
-    :math:`c_j = \max_k \mathrm{softmax}(z_j)_k` (not in SimCalib's equation; its option ``confidence_term``)."""
+    :math:`c_j = \max_k \mathrm{softmax}(z_j)_k` (GATS's; not in SimCalib's equation)."""
     confidence = torch.softmax(logits, dim=1).amax(dim=1)  # [N]
     ones = torch.ones_like(edges.source, dtype=confidence.dtype)  # [E]
     counts = edges.weighted_sum(ones, torch.ones_like(confidence)[:, None])  # [N, 1], |N(i)|
@@ -97,5 +89,5 @@ def confidence_gap(logits: Tensor, edges: SortedEdges) -> Tensor:
     return (confidence[:, None] * counts - neighbours) / counts.clamp(min=1.0)
 
 
-__all__ = ["LOGIT_TRANSFORMS", "confidence_gap", "eta_from_hops", "homophily_attention", "logit_products",
-           "movement_messages", "relative_degree", "transform_logits"]
+__all__ = ["confidence_gap", "eta_from_hops", "homophily_attention", "logit_products", "minmax_rows",
+           "movement_messages", "relative_degree"]

@@ -18,10 +18,16 @@ By default (``stopping="holdout"``) the calibration fold is split per class in t
 and each grid point keeps the parameters of its lowest NLL on the other. The protocol's common rule stops on
 the backbone's training folds (``stopping="train"``), but those nodes define the prototypes, so their s is
 atypically small and the backbone fits them: stopping there rewards sharpening every near-prototype node
-without end. The 9 grid points are one model with a leading grid dimension P (every parameter is [P, ...]):
+without end. Only a strictly lower early-stopping NLL resets a point's patience (a tie still keeps the later
+parameters). The 9 grid points are one model with a leading grid dimension P (every parameter is [P, ...]):
 one forward pass per epoch computes all of them, each point keeps its own early stopping and checkpoint
 (:func:`simcalib.calibrators.training.fit_nll_grid`), and a point's numbers are those it would have if it
-were fitted alone from the same seed.
+were fitted alone from the same seed. The chosen point is the one with the lowest NLL on the nodes the
+points were fitted on.
+
+The movement branch uses the raw logits in the homophily term and each node's sorted logits scaled to
+[0, 1] in the messages (the paper's z~); prototypes and the shared covariance come from the backbone's
+training folds.
 
 Both terms keep the order of z (T > 0), so their mixture keeps the argmax: accuracy-preserving.
 
@@ -35,20 +41,12 @@ option                      default         meaning
 ``feature_bound``           ``1.0``         c: T_feat,i within a factor e^c of T_0
 ``standardize_similarity``  ``True``        each coordinate of s to mean 0, std 1 over all nodes (no label read)
 ``stopping``                ``"holdout"``   early-stopping nodes: a per-class half of the calibration fold;
-                                            ``"train"``: the training folds; ``"calibration"``: the fit nodes
+                                            ``"train"``: the training folds
 ``decay``                   ``"weights"``   weight decay on weight matrices only; ``"all"``: every parameter
-``prototype_nodes``         ``"train"``     nodes forming prototypes and covariance: the backbone's training
-                                            folds (``"labelled"``: + the calibration fold)
 ``covariance_ridge``        ``0.0``         0: pseudo-inverse of the shared covariance (Lee et al. 2018)
-``eta``                     ``"hops"``      eta_i = hop distance + ``eta_offset`` (1.0; never a division by 0)
+``eta_offset``              ``1.0``         eta_i = hop distance + eta_offset (> 0: never a division by 0)
 ``unreachable_hops``        ``None``        hops of nodes with no path to a training node (None: max + 1)
-``homophily_logits``        ``"raw"``       z in the homophily term: ``raw``, ``unit`` (L2) or ``minmax``
-``message_logits``          ``"minmax"``    z sorted in the messages (the paper's z~), each node's scaled to [0, 1]
 ``self_loops``              ``True``        j = i is in N(i)
-``training``                ``"joint"``     the mixture's NLL (the paper's objective); ``"separate"``: each
-                                            branch fitted alone, then mixed by w
-``grid_criterion``          ``"fit_nll"``   grid selection: NLL on the nodes the points were fitted on
-``tie_resets_patience``     ``False``       only a strictly lower early-stopping NLL resets the patience
 ``movement_bias``           ``1.0``         a learnable positive offset softplus(b) on T_move, starting at 1, as
                                             GATS's bias; ``None`` gives the paper's equation exactly
 ==========================  ==============  ================================================================
@@ -57,7 +55,7 @@ Further options: ``w``, ``t`` (fixed values instead of the grid), ``w_grid``, ``
 (movement heads, 2), ``feat_gnn`` (``"gcn"``/``"gat"``), ``feat_hidden`` (16), ``feat_dropout`` (0.5),
 ``feat_heads`` (GAT heads, 1), ``feature_input`` (``"mahalanobis"``; ``"logits"`` is ablation l),
 ``homophily`` / ``relative_degree`` (ablations r, h, n), ``init_temperature`` (softplus form: T_feat's start),
-``confidence_term``, ``sort_similarity``, ``negative_slope`` (0.2), and the common ``lr`` (0.01),
+``negative_slope`` (0.2), and the common ``lr`` (0.01),
 ``weight_decay`` (GATS's per-benchmark values, :mod:`simcalib.calibrators.defaults`), ``max_epochs``,
 ``patience``.
 """
@@ -88,18 +86,15 @@ from simcalib.calibrators.layers import (
     softplus_temperature,
 )
 from simcalib.calibrators.movement import (
-    LOGIT_TRANSFORMS,
-    confidence_gap,
     eta_from_hops,
     homophily_attention,
     logit_products,
+    minmax_rows,
     movement_messages,
-    transform_logits,
 )
 from simcalib.calibrators.training import fit_nll_grid
 from simcalib.calibrators.ts import nll_temperature
 from simcalib.errors import ConfigError
-from simcalib.metrics import ece as expected_calibration_error
 from simcalib.similarity import (
     DEFAULT_RIDGE,
     mahalanobis_to_prototypes,
@@ -110,17 +105,12 @@ from simcalib.similarity import (
 
 PAPER_W_GRID = (0.6, 0.8, 0.9)
 PAPER_T_GRID = (0.3, 0.5, 1.0)
-GRID_CRITERIA = ("stop_nll", "fit_nll", "stop_ece", "fit_ece")
-MIN_ETA = 0.05  # floor of a learned eta
-FEATURE, MOVEMENT = 0, 1  # branch indices of the separate training's units
 
 
 @dataclass
 class SimCalibInputs:
     feature: tuple | None  # prepared inputs of G_feat (None without the feature branch)
-    messages: Tensor | None  # [P, N, K] aggregated movement messages of each grid point's t (constant eta)
-    confidence_gap: Tensor | None  # [N, 1] (option confidence_term)
-    movement_graph: MovementGraph | None  # what eta = "learned" recomputes the messages from
+    messages: Tensor | None  # [P, N, K] aggregated movement messages of each grid point's t (constants)
 
 
 @dataclass
@@ -130,7 +120,6 @@ class _NodeInputs:
     labels: Tensor  # [n]
     feature: tuple | None  # G_feat's inputs restricted to what the n outputs need (GCN), else None
     messages: Tensor | None  # [P, n, K]
-    gap: Tensor | None  # [n, 1]
 
 
 @dataclass
@@ -150,6 +139,9 @@ class SimCalib(GraphInputsCache, Calibrator):
     """
 
     name = "SimCalib"
+    # Only a strictly lower early-stopping NLL resets a point's patience (a tie still keeps the later
+    # parameters): with the GATS code's `<=`, a point whose early-stopping NLL stops changing trains to the cap.
+    tie_resets_patience = False
 
     def __init__(
         self,
@@ -158,13 +150,9 @@ class SimCalib(GraphInputsCache, Calibrator):
         t: float | None = None,
         w_grid: Sequence[float] = PAPER_W_GRID,
         t_grid: Sequence[float] = PAPER_T_GRID,
-        grid_criterion: str = "fit_nll",
-        training: str = "joint",
         decay: str = "weights",
         feature_input: str = "mahalanobis",
-        prototype_nodes: str = "train",
         covariance_ridge: float = DEFAULT_RIDGE,
-        sort_similarity: bool = False,
         feat_gnn: str = "gcn",
         feat_hidden: int = 16,
         feat_dropout: float = 0.5,
@@ -176,17 +164,12 @@ class SimCalib(GraphInputsCache, Calibrator):
         stopping: str = "holdout",
         heads: int = 2,
         movement_bias: float | None = 1.0,
-        confidence_term: bool = False,
         homophily: bool = True,
         relative_degree: bool = True,
-        homophily_logits: str = "raw",
-        message_logits: str = "minmax",
-        eta: str = "hops",
         eta_offset: float = 1.0,
         unreachable_hops: int | None = None,
         self_loops: bool = True,
         negative_slope: float = 0.2,
-        tie_resets_patience: bool = False,
         **kwargs,
     ):
         kwargs.setdefault("weight_decay", default_weight_decay(self.name))
@@ -194,14 +177,10 @@ class SimCalib(GraphInputsCache, Calibrator):
         w_grid = self._check_grid("w", (w,) if w is not None else tuple(w_grid), 0.0, 1.0)
         t_values = (t,) if t is not None else tuple(t_grid)
         t_grid = self._check_grid("t", t_values, 0.0, math.inf) if relative_degree else (0.0,)
-        choices = {"grid_criterion": (grid_criterion, GRID_CRITERIA), "training": (training, ("joint", "separate")),
-                   "decay": (decay, ("weights", "all")),
+        choices = {"decay": (decay, ("weights", "all")),
                    "feature_temperature": (feature_temperature, ("anchored", "softplus")),
-                   "stopping": (stopping, ("train", "holdout", "calibration")),
-                   "feature_input": (feature_input, ("mahalanobis", "logits")),
-                   "prototype_nodes": (prototype_nodes, ("train", "labelled")), "feat_gnn": (feat_gnn, ("gcn", "gat")),
-                   "homophily_logits": (homophily_logits, LOGIT_TRANSFORMS),
-                   "message_logits": (message_logits, LOGIT_TRANSFORMS), "eta": (eta, ("hops", "learned"))}
+                   "stopping": (stopping, ("train", "holdout")),
+                   "feature_input": (feature_input, ("mahalanobis", "logits")), "feat_gnn": (feat_gnn, ("gcn", "gat"))}
         for option, (value, valid) in choices.items():
             if value not in valid:
                 raise ConfigError(f"SimCalib option {option}={value!r} is not one of: {', '.join(valid)}")
@@ -217,19 +196,12 @@ class SimCalib(GraphInputsCache, Calibrator):
         # The grid points; t is unused when w = 1 (no movement branch in the mixture).
         self.points: list[tuple[float, float]] = [(wv, tv) for wv in w_grid for tv in (t_grid if wv < 1 else t_grid[:1])]
         points = len(self.points)
-        # not self.training: that is nn.Module's train/eval flag
-        self.grid_criterion, self.training_mode, self.decay = grid_criterion, training, decay
-        self.feature_input, self.prototype_nodes, self.covariance_ridge = feature_input, prototype_nodes, covariance_ridge
-        self.sort_similarity = sort_similarity
+        self.decay = decay
+        self.feature_input, self.covariance_ridge = feature_input, covariance_ridge
         self.homophily, self.relative_degree = homophily, relative_degree
-        self.homophily_logits, self.message_logits = homophily_logits, message_logits
-        self.eta_mode, self.eta_offset, self.unreachable_hops = eta, eta_offset, unreachable_hops
+        self.eta_offset, self.unreachable_hops = eta_offset, unreachable_hops
         self.self_loops = self_loops
         self.negative_slope = negative_slope
-        # The GATS code's `<=` resets the patience counter on a tie, so a unit whose early-stopping NLL stops
-        # changing trains to the epoch cap; False: only a strictly lower NLL resets it (a tie still keeps the
-        # later parameters).
-        self.tie_resets_patience = tie_resets_patience
         self.init_temperature = init_temperature
         self.feature_temperature_form, self.feature_bound = feature_temperature, feature_bound
         self.standardize_similarity = standardize_similarity
@@ -246,10 +218,6 @@ class SimCalib(GraphInputsCache, Calibrator):
         has_movement = min(w_grid) < 1
         self.movement_weight = nn.Parameter(torch.empty(points, num_classes, heads)) if has_movement else None  # [P, K, H]
         self.movement_bias_init = movement_bias
-        # eta = "learned": GATS's learnable scalings for hop distances 0 and 1 (1 beyond)
-        self.eta_near = nn.Parameter(torch.ones(points, 2)) if eta == "learned" and has_movement else None
-        self.confidence_term = confidence_term
-        self.confidence_coef = nn.Parameter(torch.zeros(points, 1)) if confidence_term and has_movement else None
         self.movement_bias = (nn.Parameter(torch.zeros(points, 1))  # raw: the offset is softplus(raw)
                               if movement_bias is not None and has_movement else None)
         self.reset_parameters()
@@ -275,33 +243,23 @@ class SimCalib(GraphInputsCache, Calibrator):
             if self.feature_input == "logits":  # ablation l
                 s = graph.logits
             else:
-                distances = mahalanobis_to_prototypes(graph.hidden, graph.labels, self._prototype_nodes(graph),
-                                                      self.num_classes,
+                distances = mahalanobis_to_prototypes(graph.hidden, graph.labels, graph.train_idx, self.num_classes,
                                                       self.covariance_ridge)
                 s = normalized_similarity(distances).to(graph.device)  # [N, K]
-            if self.sort_similarity:  # class-agnostic: nearest prototype first
-                s = s.sort(dim=1).values
             if self.standardize_similarity:  # each coordinate to mean 0, std 1 over all nodes (no label read)
                 s = (s - s.mean(dim=0)) / s.std(dim=0).clamp(min=1e-6)
             feature = self.feature_gnn.prepare(s, graph.edge_index, graph.num_nodes)
-        messages, gap, movement_graph = None, None, None
-        if self.movement_weight is not None:
+        messages = None
+        if self.movement_weight is not None:  # no trainable part: the messages are constants, one set per t
             edge_index = edges_with_self_loops(graph.edge_index, graph.num_nodes, self.self_loops).to(graph.device)
             edges = SortedEdges(edge_index, graph.num_nodes)
-            homophily_logits = transform_logits(graph.logits, self.homophily_logits)  # [N, K]
-            movement_graph = MovementGraph(edges, logit_products(homophily_logits, edges),
-                                           transform_logits(graph.logits, self.message_logits).sort(dim=1).values,
+            movement_graph = MovementGraph(edges, logit_products(graph.logits, edges),  # raw z in the homophily term
+                                           minmax_rows(graph.logits).sort(dim=1).values,  # the paper's z~
                                            graph.degree(), graph.hops_to_train())
-            if self.eta_near is None:  # no trainable part: the messages are constants, one set per t
-                eta = eta_from_hops(movement_graph.hops, self.eta_offset, self.unreachable_hops)  # [N]
-                per_t = {t: self._messages(movement_graph, eta, t) for t in self.t_grid}
-                messages = torch.stack([per_t[t] for _, t in self.points])  # [P, N, K]
-            if self.confidence_coef is not None:
-                gap = confidence_gap(graph.logits, edges)
-        return SimCalibInputs(feature, messages, gap, movement_graph)
-
-    def _prototype_nodes(self, graph: CalibrationGraph) -> Tensor:
-        return graph.train_idx if self.prototype_nodes == "train" else graph.labelled_idx()
+            eta = eta_from_hops(movement_graph.hops, self.eta_offset, self.unreachable_hops)  # [N]
+            per_t = {t: self._messages(movement_graph, eta, t) for t in self.t_grid}
+            messages = torch.stack([per_t[t] for _, t in self.points])  # [P, N, K]
+        return SimCalibInputs(feature, messages)
 
     def _messages(self, g: MovementGraph, eta: Tensor, t: float) -> Tensor:
         """m_i = sum_j alpha_ij eta_j ((d_i+1)/(d_j+1))^t sort(z_j), [N, K]."""
@@ -327,8 +285,7 @@ class SimCalib(GraphInputsCache, Calibrator):
                 feature = self.feature_gnn.restrict(inputs.feature, nodes)
             cache[key] = (nodes.clone(), _NodeInputs(
                 logits=graph.logits[nodes], labels=graph.labels[nodes], feature=feature,
-                messages=None if inputs.messages is None else inputs.messages[:, nodes],  # [P, n, K]
-                gap=None if inputs.confidence_gap is None else inputs.confidence_gap[nodes]))
+                messages=None if inputs.messages is None else inputs.messages[:, nodes]))  # [P, n, K]
         return cache[key][1]
 
     def _feature_inputs(self, graph: CalibrationGraph, nodes: Tensor | None):
@@ -357,29 +314,10 @@ class SimCalib(GraphInputsCache, Calibrator):
                                   points: Tensor | None = None) -> Tensor:
         """T_move = mean over heads of softplus(m_i^T W_h) (+ softplus(b)) + 1e-3 of every grid point (or of
         ``points``), [P, N, 1] (or on ``nodes``: [P, n, 1], computed on those nodes only)."""
-        inputs = self.graph_inputs(graph)
-        chosen = torch.arange(len(self.points)) if points is None else points
-        restricted = None if nodes is None else self._on_nodes(graph, nodes)
-        if self.eta_near is None:
-            messages = inputs.messages if restricted is None else restricted.messages  # [P, N or n, K]
-            messages = messages if points is None else messages[points]  # [p, N or n, K]
-        else:  # learned eta: the messages depend on each point's scalings
-            hops = inputs.movement_graph.hops
-            ones = torch.ones_like(hops, dtype=self.eta_near.dtype)
-            near = self.eta_near.clamp(min=MIN_ETA)  # [P, 2], stays a positive divisor
-            messages = torch.stack([
-                self._messages(inputs.movement_graph,
-                               torch.where(hops == 0, near[p, 0], torch.where(hops == 1, near[p, 1], ones)),
-                               self.points[p][1])
-                for p in chosen.tolist()])  # [p, N, K]
-        gap = inputs.confidence_gap if restricted is None else restricted.gap
-        if restricted is not None and self.eta_near is not None:
-            messages = messages[:, nodes]
+        messages = self.graph_inputs(graph).messages if nodes is None else self._on_nodes(graph, nodes).messages
+        messages = messages if points is None else messages[points]  # [p, N or n, K]
         weight = self.movement_weight if points is None else self.movement_weight[points]
         logit = torch.bmm(messages, weight)  # [p, n, H]
-        if self.confidence_coef is not None:
-            coef = self.confidence_coef if points is None else self.confidence_coef[points]
-            logit = logit + coef[:, :, None] * gap  # [p, 1, 1] * [n, 1]
         temperature = F.softplus(logit).mean(dim=2, keepdim=True)  # [p, n, 1]
         if self.movement_bias is not None:
             bias = self.movement_bias if points is None else self.movement_bias[points]
@@ -439,20 +377,12 @@ class SimCalib(GraphInputsCache, Calibrator):
                 self.movement_weight.copy_(one.expand_as(self.movement_weight))
         if self.movement_bias is not None:
             self.movement_bias.data.fill_(math.log(math.expm1(self.movement_bias_init)))
-        if self.confidence_coef is not None:
-            self.confidence_coef.data.zero_()
-        if self.eta_near is not None:
-            self.eta_near.data.fill_(1.0)
 
-    def parameter_units(self) -> dict[str, tuple[int, int | None]]:
-        """Parameter name -> (branch, point) of its training unit: branch 0 for every parameter when training
-        jointly; point None when the parameter's leading dimension is the grid (GridGAT's nets are one per point)."""
-        units = {}
-        for name, _ in self.named_parameters():
-            branch = 0 if self.training_mode == "joint" else (FEATURE if name.startswith("feature_gnn.") else MOVEMENT)
-            point = int(name.split(".")[2]) if name.startswith("feature_gnn.nets.") else None
-            units[name] = (branch, point)
-        return units
+    def parameter_units(self) -> dict[str, int | None]:
+        """Parameter name -> the grid point (training unit) it belongs to; None when the parameter's leading
+        dimension is the grid (GridGAT's nets are one per point)."""
+        return {name: int(name.split(".")[2]) if name.startswith("feature_gnn.nets.") else None
+                for name, _ in self.named_parameters()}
 
     def parameter_groups(self) -> list[dict]:
         """Weight decay on the weight matrices only (``decay="weights"``), or on every parameter (``"all"``)."""
@@ -465,27 +395,14 @@ class SimCalib(GraphInputsCache, Calibrator):
             (decayed if is_weight or self.decay == "all" else free).append(parameter)
         return [{"params": decayed, "weight_decay": self.weight_decay}, {"params": free, "weight_decay": 0.0}]
 
-    def unit_shape(self) -> tuple[int, int]:
-        """(grid points, branches trained as separate units)."""
-        return len(self.points), 1 if self.training_mode == "joint" else 2
+    def unit_count(self) -> int:
+        """Training units: one per grid point (the mixture's NLL, as the paper's objective)."""
+        return len(self.points)
 
     def unit_losses(self, graph: CalibrationGraph, nodes: Tensor, labels: Tensor, points: Tensor | None = None) -> Tensor:
-        """Mean NLL on ``nodes`` of every training unit of ``points`` (default all): [p, 1] jointly (the
-        mixture), [p, 2] separately (feature branch alone, movement branch alone; a branch not built gives 0)."""
+        """The mixture's mean NLL on ``nodes`` of every grid point of ``points`` (default all), [p]."""
         target = self._on_nodes(graph, nodes).labels if labels is graph.labels else labels[nodes]
-        if self.training_mode == "joint":
-            log_probs = self.grid_log_probs(graph, nodes, points)  # [p, n, K]
-            return self._nll(log_probs, target)[:, None]
-        columns = []
-        count = len(self.points) if points is None else len(points)
-        for present, temperature in ((self.feature_gnn is not None, self.grid_feature_temperature),
-                                     (self.movement_weight is not None, self.grid_movement_temperature)):
-            if present:
-                log_probs = log_softmax_classes(self._on_nodes(graph, nodes).logits / temperature(graph, nodes, points))
-                columns.append(self._nll(log_probs, target))
-            else:
-                columns.append(torch.zeros(count, device=graph.device))
-        return torch.stack(columns, dim=1)
+        return self._nll(self.grid_log_probs(graph, nodes, points), target)  # [p, n, K] -> [p]
 
     @staticmethod
     def _nll(log_probs: Tensor, target: Tensor) -> Tensor:
@@ -493,16 +410,10 @@ class SimCalib(GraphInputsCache, Calibrator):
         return -log_probs.gather(2, target.expand(log_probs.shape[0], -1)[:, :, None]).squeeze(2).mean(dim=1)
 
     @torch.no_grad()
-    def grid_scores(self, graph: CalibrationGraph, fit_idx: Tensor, stop_idx: Tensor) -> list[float]:
-        """The grid-selection criterion of every point on labelled nodes (lower is better)."""
+    def grid_scores(self, graph: CalibrationGraph, fit_idx: Tensor) -> list[float]:
+        """Every point's NLL on the nodes the points were fitted on (lower is better; never a test node)."""
         self.eval()
-        nodes = stop_idx if self.grid_criterion.startswith("stop") else fit_idx
-        log_probs = self.grid_log_probs(graph, nodes)  # [P, n, K]
-        target = graph.labels[nodes]
-        if self.grid_criterion.endswith("nll"):
-            return self._nll(log_probs, target).tolist()
-        labels = target.cpu().numpy()
-        return [expected_calibration_error(lp.exp().cpu().numpy(), labels) for lp in log_probs]
+        return self._nll(self.grid_log_probs(graph, fit_idx), graph.labels[fit_idx]).tolist()
 
     @staticmethod
     @contextlib.contextmanager
@@ -513,13 +424,12 @@ class SimCalib(GraphInputsCache, Calibrator):
             yield
 
     def fit(self, graph: CalibrationGraph, fit_idx: Tensor | None = None, stop_idx: Tensor | None = None) -> SimCalib:
-        """Fit every grid point (w, t) at once from one initialisation, keep the best by ``grid_criterion``."""
+        """Fit every grid point (w, t) at once from one initialisation, keep the one of lowest NLL on the fit
+        nodes."""
         fit_idx = graph.cal_idx if fit_idx is None else fit_idx
         stop_idx = graph.train_idx if stop_idx is None else stop_idx
         seed = int(torch.randint(0, 2**31 - 1, ()).item())  # one draw: same global seed, same fit
-        if self.stopping == "calibration":
-            stop_idx = fit_idx
-        elif self.stopping == "holdout":
+        if self.stopping == "holdout":
             fit_idx, stop_idx = class_halves(fit_idx, graph.labels[fit_idx], seed)
         self._restricted_cache, self._restricted_graph = {}, None  # gather anew: the graph's tensors may have changed
         if self.feature_gnn is not None and self.feature_temperature_form == "anchored":
@@ -528,19 +438,15 @@ class SimCalib(GraphInputsCache, Calibrator):
             self.reset_parameters()
             super().fit(graph, fit_idx, stop_idx)  # checks, prepare(), then train_parameters below
         units = self.fit_info.pop("units")
-        scores = self.grid_scores(graph, fit_idx, stop_idx)
+        scores = self.grid_scores(graph, fit_idx)
         self.point = min(range(len(self.points)), key=lambda p: scores[p])  # first of equals: grid order
-        per_point = len(units) // len(self.points)
-        grid = [{"w": wv, "t": tv, "score": scores[p],
-                 "epochs": [u["epochs"] for u in units[p * per_point:(p + 1) * per_point]],
-                 "best_epoch": [u["best_epoch"] for u in units[p * per_point:(p + 1) * per_point]]}
+        grid = [{"w": wv, "t": tv, "score": scores[p], "epochs": units[p]["epochs"], "best_epoch": units[p]["best_epoch"]}
                 for p, (wv, tv) in enumerate(self.points)]
         chosen = grid[self.point]
         self.eval()
         self.fit_info = {
-            "w": self.w, "t": self.t if self.relative_degree else None, "training": self.training_mode,
-            "grid_criterion": self.grid_criterion, "score": chosen["score"],
-            "epochs": max(chosen["epochs"]), "best_epoch": max(chosen["best_epoch"]), "grid": grid,
+            "w": self.w, "t": self.t if self.relative_degree else None, "score": chosen["score"],
+            "epochs": chosen["epochs"], "best_epoch": chosen["best_epoch"], "grid": grid,
         }
         return self
 
@@ -561,7 +467,7 @@ class SimCalib(GraphInputsCache, Calibrator):
             row[f"{key}_std"] = float(values.std(unbiased=False)) if present else None
         row["t_feat_spearman"] = None
         if self.feature_gnn is not None:  # does T_feat follow the distance to the nearest prototype?
-            distance = nearest_prototype_distance(graph.hidden, graph.labels, self._prototype_nodes(graph),
+            distance = nearest_prototype_distance(graph.hidden, graph.labels, graph.train_idx,
                                                   self.num_classes, nodes, self.covariance_ridge)
             row["t_feat_spearman"] = spearman(self.feature_temperature(graph)[nodes].flatten(), distance)
         return row

@@ -60,17 +60,15 @@ def fit_nll(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor, penalty: Calla
 def fit_nll_grid(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> list[dict]:
     """The same rule for every *unit* of a grid model at once, each unit with its own early stopping.
 
-    The calibrator's parameters carry a leading grid dimension P (one slice per grid point) or belong to
-    one point, and each belongs to one branch b (``calibrator.parameter_units()``: name -> (b, point or
-    None for a leading grid dimension)). A unit is a (point,
-    branch) pair; ``calibrator.unit_losses(graph, nodes, labels, points)`` gives the mean NLL of the units of
-    ``points``, [p, B] (``calibrator.unit_shape()`` = (P, B); B = 1 when the branches are trained together),
-    and only points with a unit still training are computed. One Adam step on the sum of the active units' losses moves
-    every unit as if it were trained alone (the loss terms share no parameter and Adam is element-wise);
-    each unit keeps the parameters of its lowest early-stopping NLL (ties: the later) and stops after
-    ``patience`` epochs without a new best (a tie counts as one, as in the GATS code, unless
-    ``calibrator.tie_resets_patience`` is False). Training ends when every unit has stopped. Returns one dict per
-    unit (row-major over [P, B]): epochs, best_epoch, stop_nll.
+    The calibrator has P units (``calibrator.unit_count()``: grid points, or runs); its parameters carry a
+    leading unit dimension P (one slice per unit) or belong to one unit (``calibrator.parameter_units()``:
+    name -> the unit, or None for a leading unit dimension). ``calibrator.unit_losses(graph, nodes, labels,
+    units)`` gives the mean NLL of ``units`` (None: all), [p], and only units still training are computed.
+    One Adam step on the sum of the live units' losses moves every unit as if it were trained alone (the loss
+    terms share no parameter and Adam is element-wise); each unit keeps the parameters of its lowest
+    early-stopping NLL (ties: the later) and stops after ``patience`` epochs without a new best (a tie counts
+    as one, as in the GATS code, unless ``calibrator.tie_resets_patience`` is False). Training ends when every
+    unit has stopped. Returns one dict per unit: epochs, best_epoch, stop_nll.
     """
     units = calibrator.parameter_units()
     tie_resets = getattr(calibrator, "tie_resets_patience", True)
@@ -78,27 +76,26 @@ def fit_nll_grid(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> list[d
     optimizer = torch.optim.Adam(calibrator.parameter_groups(), lr=calibrator.lr)
     labels = graph.labels
     kept = {name: p.detach().clone() for name, p in named.items()}
-    shape = calibrator.unit_shape()  # (P, B)
+    shape = (calibrator.unit_count(),)  # (P,)
     best_loss = torch.full(shape, float("inf"))
     best_epoch = torch.full(shape, -1, dtype=torch.long)
     waited = torch.zeros(shape, dtype=torch.long)
     stopped_at = torch.zeros(shape, dtype=torch.long)
     epoch = 0
     for epoch in range(calibrator.max_epochs):
-        live = waited < calibrator.patience  # [P, B]
-        points = live.any(dim=1).nonzero().flatten()  # points with a unit still training: the others cost nothing
-        # every point live: no selection (gathering all rows of every parameter is a copy with the same values)
+        live = waited < calibrator.patience  # [P]
+        points = live.nonzero().flatten()  # units still training: the others cost nothing
+        # every unit live: no selection (gathering all rows of every parameter is a copy with the same values)
         chosen = None if len(points) == shape[0] else points.to(graph.device)
         calibrator.train()
         optimizer.zero_grad()
-        losses = calibrator.unit_losses(graph, fit_idx, labels, chosen)  # [p, B]
-        active = live[points].to(losses.device)
-        if not torch.isfinite(losses[active]).all():
+        losses = calibrator.unit_losses(graph, fit_idx, labels, chosen)  # [p]
+        if not torch.isfinite(losses).all():
             raise TrainingDivergedError(
-                f"{calibrator.name} diverged at epoch {epoch} (calibration NLL {losses.detach()[active].tolist()}); "
+                f"{calibrator.name} diverged at epoch {epoch} (calibration NLL {losses.detach().tolist()}); "
                 f"lower its learning rate (now {calibrator.lr}) or raise its weight decay"
             )
-        losses[active].sum().backward()  # a stopped unit gets no gradient (its kept state is final anyway)
+        losses.sum().backward()  # a stopped unit gets no gradient (its kept state is final anyway)
         optimizer.step()
         calibrator.eval()
         with torch.no_grad():
@@ -113,12 +110,12 @@ def fit_nll_grid(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> list[d
         stopped_at = torch.where(live, torch.full_like(stopped_at, epoch + 1), stopped_at)
         with torch.no_grad():
             for name, parameter in named.items():
-                branch, point = units[name]
-                if point is not None:  # the whole parameter is one point's
-                    if improved[point, branch]:
+                point = units[name]
+                if point is not None:  # the whole parameter is one unit's
+                    if improved[point]:
                         kept[name] = parameter.detach().clone()
                     continue
-                mask = improved[:, branch].to(parameter.device)  # [P]
+                mask = improved.to(parameter.device)  # [P]
                 kept[name] = torch.where(mask.view(-1, *[1] * (parameter.dim() - 1)), parameter, kept[name])
         if not (waited < calibrator.patience).any():
             break
@@ -129,5 +126,5 @@ def fit_nll_grid(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor) -> list[d
     with torch.no_grad():
         for name, parameter in named.items():
             parameter.copy_(kept[name])
-    return [{"epochs": int(stopped_at.flatten()[u]), "best_epoch": int(best_epoch.flatten()[u]),
-             "stop_nll": float(best_loss.flatten()[u])} for u in range(best_loss.numel())]
+    return [{"epochs": int(stopped_at[u]), "best_epoch": int(best_epoch[u]), "stop_nll": float(best_loss[u])}
+            for u in range(shape[0])]

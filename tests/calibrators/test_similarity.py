@@ -160,16 +160,14 @@ def feature_temperature_of(graph, **options) -> torch.Tensor:
         return model.eval().feature_temperature(graph)
 
 
-@pytest.mark.parametrize("prototype_nodes", ["train", "labelled"])
-def test_simcalib_takes_prototypes_and_covariance_from_the_nodes_its_option_names(prototype_nodes):
+def test_simcalib_takes_prototypes_and_covariance_from_the_training_folds():
     """G_feat fed the hand-computed s (through the ablation that feeds it its logits) gives SimCalib's T_feat:
-    s from the training folds by default, from the training folds and the calibration fold with "labelled"."""
+    s from the training folds, not from the training folds and the calibration fold."""
     from simcalib.calibrators import CalibrationGraph
 
     graph = tiny_graph()
-    nodes = graph.train_idx if prototype_nodes == "train" else graph.labelled_idx()
-    other = graph.labelled_idx() if prototype_nodes == "train" else graph.train_idx
-    got = feature_temperature_of(graph, prototype_nodes=prototype_nodes)
+    nodes, other = graph.train_idx, graph.labelled_idx()
+    got = feature_temperature_of(graph)
 
     def fed(s):
         graph_of_s = CalibrationGraph(s, graph.hidden, graph.edge_index, graph.labels, graph.train_idx, graph.cal_idx)
@@ -179,7 +177,7 @@ def test_simcalib_takes_prototypes_and_covariance_from_the_nodes_its_option_name
     assert not torch.allclose(got, fed(similarity_by_hand(graph, other)), atol=1e-5)
 
 
-def test_simcalibs_default_prototypes_never_read_the_calibration_folds_labels():
+def test_simcalibs_prototypes_never_read_the_calibration_folds_labels():
     from simcalib.calibrators import HIDDEN_LABEL, CalibrationGraph
 
     graph = tiny_graph()
@@ -187,8 +185,10 @@ def test_simcalibs_default_prototypes_never_read_the_calibration_folds_labels():
     labels[graph.cal_idx] = (labels[graph.cal_idx] + 1) % graph.num_classes  # every calibration label wrong
     wrong = CalibrationGraph(graph.logits, graph.hidden, graph.edge_index, labels, graph.train_idx, graph.cal_idx)
     assert torch.equal(feature_temperature_of(graph), feature_temperature_of(wrong))
-    assert not torch.equal(feature_temperature_of(graph, prototype_nodes="labelled"),
-                           feature_temperature_of(wrong, prototype_nodes="labelled"))
-    labels[graph.cal_idx] = HIDDEN_LABEL  # even hidden: the default never asks for them
+    moved = graph.labels.clone()
+    moved[graph.train_idx] = (moved[graph.train_idx] + 1) % graph.num_classes  # the training folds' labels: read
+    assert not torch.equal(feature_temperature_of(graph), feature_temperature_of(
+        CalibrationGraph(graph.logits, graph.hidden, graph.edge_index, moved, graph.train_idx, graph.cal_idx)))
+    labels[graph.cal_idx] = HIDDEN_LABEL  # even hidden: SimCalib never asks for them
     hidden = CalibrationGraph(graph.logits, graph.hidden, graph.edge_index, labels, graph.train_idx, graph.cal_idx)
     assert torch.equal(feature_temperature_of(graph), feature_temperature_of(hidden))
