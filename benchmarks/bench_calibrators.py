@@ -23,7 +23,7 @@ import time
 import warnings
 
 GRAPH_CALIBRATORS = ["CaGCN", "GATS", "GETS", "SimCalib"]
-RUN_CALIBRATORS = ["UnCal", "TS", "VS", "ETS", "CaGCN", "GATS", "SimCalib", "SimCalib_separate", "SimCalib_l",
+RUN_CALIBRATORS = ["UnCal", "TS", "VS", "ETS", "CaGCN", "GATS", "SimCalib", "SimCalib_l",
                    "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n", "Dirichlet", "IRM", "Spline",
                    "OrderInvariant", "GETS"]
 

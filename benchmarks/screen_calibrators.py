@@ -5,7 +5,7 @@ on one part (early-stopped on the training folds, as in the protocol) and predic
 (15 bins, %) and NLL are computed on the pooled held-out predictions: the same "crossfit" objective as
 ``simcalib tune`` (:mod:`simcalib.tuning.objective`). Used to choose SimCalib's defaults without reading a
 test label. Prints a table and writes per-run values to ``--out`` (CSV). The candidates file maps a name to a
-calibrator and its options, e.g. ``fit_nll: {calibrator: SimCalib, options: {grid_criterion: fit_nll}}`` and
+calibrator and its options, e.g. ``holdout: {calibrator: SimCalib, options: {stopping: holdout}}`` and
 ``gats: {calibrator: GATS}``; the screens behind SimCalib's defaults are in ``docs/decisions.md``.
 
     .venv/bin/python benchmarks/screen_calibrators.py --candidates candidates.yaml \
