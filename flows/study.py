@@ -44,18 +44,16 @@ from simcalib.integrity import check_append, check_results, finished_run, result
 from simcalib.protocol import (
     ProtocolSettings,
     Run,
-    append_rows,
     backbone_config,
-    check_results_file,
     describe_split_sources,
     evaluate_calibrator,
     fit_calibrator_across_runs,
     fits_across_runs,
-    read_results,
-    summarize,
+    planned_runs,
     train_run_backbone,
     train_split_backbones,
 )
+from simcalib.results_store import append_rows, check_results_file, read_results, summarize
 from simcalib.splits import check_split_sources
 from simcalib.study import BenchmarkPlan, Study, load_study, plan_study
 
@@ -208,7 +206,7 @@ def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = No
                           f"{describe_split_sources(plan.dataset, study.splits, plan.settings).split(': ', 1)[1]}")
             print(f"splits: {splits[-1]}")
             # results already there must be of these runs' definitions: refuse now, not after computing
-            check_results_file(plan.out_dir / "results.csv", plan.runs, plan.settings)
+            check_results_file(plan.out_dir / "results.csv", planned_runs(plan.runs, plan.settings))
             check_split_sources(plan.out_dir, plan.split_sources)
         subflow = run_study.with_options(task_runner=make_task_runner(runner), name="run-study",
                                          flow_run_name=f"{study.name}-{runner.kind}")

@@ -145,7 +145,7 @@ class BenchmarkRecord:
     dataset: str
     backbone: str
     results: pd.DataFrame  # RESULT_COLUMNS rows of this benchmark
-    summary: pd.DataFrame  # simcalib.protocol.summarize(results)
+    summary: pd.DataFrame  # simcalib.results_store.summarize(results)
     params: dict  # benchmark-level parameters
     calibrator_params: dict[str, dict]  # calibrator -> hyperparameters
     backbone_metrics: dict[str, float] = field(default_factory=dict)

@@ -3,8 +3,9 @@
 A *run* is (dataset, backbone, split, init, fold): it trains a fresh backbone (cached on disk) and fits
 every calibrator on it. :func:`train_run_backbone` and :func:`evaluate_calibrator` are the units that
 orchestration (``flows/``) fans out; :func:`run_benchmark` chains them for the CLI, appending each run's
-rows to ``results.csv`` as soon as they exist, so an interrupted benchmark keeps what it computed and a
-restart skips it.
+rows to ``results.csv`` (:mod:`simcalib.results_store`) as soon as they exist, so an interrupted benchmark
+keeps what it computed and a restart skips it. With several workers the runs are computed in worker
+processes (:mod:`simcalib.executor`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
-import io
 import os
 import time
 import warnings
@@ -33,6 +33,7 @@ from simcalib.backbones import (
     cache_key,
     train_backbone,
 )
+from simcalib.backbones.batched import TRAINER, train_backbones_batched
 from simcalib.calibrators import (
     CALIBRATORS,
     CalibrationGraph,
@@ -43,16 +44,22 @@ from simcalib.calibrators import (
 from simcalib.calibrators.across_runs import fit_across_runs, generator_after_build, stackable
 from simcalib.data import GraphData, get_spec, graph_digest, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
+from simcalib.executor import Counted, in_processes
 from simcalib.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
-from simcalib.integrity import (
-    DEFINITION_COLUMNS,
-    check_append,
-    check_results,
-    finished_run,
-    results_lock,
-    write_error,
+from simcalib.integrity import finished_run, results_lock
+from simcalib.metrics import compute_metrics
+from simcalib.results_store import (
+    AUDIT_COLUMNS,
+    append_rows,
+    check_results_file,
+    check_resume_source,
+    copy_finished_rows,
+    known_backbone_digests,
+    read_results,
+    result_key,
+    result_keys,
+    run_key,
 )
-from simcalib.metrics import METRIC_NAMES, compute_metrics
 from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
 from simcalib.similarity import nearest_prototype_distance
 from simcalib.splits import (
@@ -65,20 +72,6 @@ from simcalib.splits import (
     split_source_label,
     split_sources,
 )
-
-KEY_COLUMNS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
-# What a fitted calibrator reports of itself (Calibrator.audit): SimCalib's chosen grid point and the mean and
-# std of its two temperatures over the test nodes; empty for the other calibrators.
-AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_std", "t_feat_spearman"]
-# Which backbone a row was computed on: a digest of its logits. The same run trained on another CPU (or GPU)
-# can be another backbone (float rounding can move the early stop), so rows of one run are comparable only
-# if their digests agree; the report pairs runs on it. Empty in rows written before it existed.
-# ``figure_bins``: the binned test predictions the paper's figures need (simcalib.figure_bins), for the
-# calibrators those figures show; empty for the others and in rows written before it existed.
-# DEFINITION_COLUMNS: the split and processed graph the run was computed on (simcalib.integrity); empty
-# (unknown) in rows written before they existed.
-RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *METRIC_NAMES, "fit_seconds", "label_rate", *AUDIT_COLUMNS,
-                  "backbone_digest", "figure_bins", *DEFINITION_COLUMNS]
 
 
 def backbone_digest(output: BackboneOutput) -> str:
@@ -195,6 +188,13 @@ def run_split_sources(dataset: str, splits: Iterable[int], settings: ProtocolSet
                          settings.n_folds, settings.test_rate, settings.generated_splits)
 
 
+def planned_runs(runs: Sequence[Run], settings: ProtocolSettings) -> list[dict]:
+    """Each run's identity and definition (:func:`run_definition`), as :func:`~simcalib.integrity.check_append`
+    compares them with the rows of a results file."""
+    return [{"dataset": r.dataset, "backbone": r.backbone, "split": r.split, "init": r.init, "fold": r.fold,
+             "label_rate": settings.label_rate, "seed": r.seed(settings), **run_definition(r, settings)} for r in runs]
+
+
 def backbone_config(run: Run, settings: ProtocolSettings) -> BackboneConfig:
     spec = get_spec(run.dataset)
     options = {"weight_decay": spec.backbone_weight_decay, **dict(settings.backbone_overrides)}
@@ -230,8 +230,6 @@ def train_split_backbones(runs: Sequence[Run], settings: ProtocolSettings,
     those in the on-disk cache are loaded, the others trained together as one batched model
     (:mod:`simcalib.backbones.batched`) and cached each as soon as it stops. Batched backbones have their own
     cache key (another random stream than :func:`train_run_backbone`'s), so the two never mix."""
-    from simcalib.backbones.batched import TRAINER, train_backbones_batched
-
     if len({(r.dataset, r.backbone, r.split) for r in runs}) > 1:
         raise ValueError("train_split_backbones: the runs must share dataset, backbone and split")
     graph = load_graph(runs[0].dataset, settings)
@@ -383,158 +381,6 @@ def save_predictions(folder: Path, run: Run, calibrator: str, probs: np.ndarray,
     return path
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Results files
-
-
-def _complete_length(data: bytes) -> int:
-    """How many leading bytes of a results CSV are whole lines. Every row is written with its newline, so a last
-    line without one was cut off by a kill (a cut inside its last field still has every field: the newline is
-    the only sure sign)."""
-    return data.rfind(b"\n") + 1 if data and not data.endswith(b"\n") else len(data)
-
-
-def read_results(path: str | os.PathLike) -> pd.DataFrame:
-    """The rows of a results CSV; a last line cut off by a kill is not a row (the run is computed again)."""
-    path = Path(path)
-    if not path.is_file() or path.stat().st_size == 0:
-        return pd.DataFrame(columns=RESULT_COLUMNS)
-    data = path.read_bytes()
-    complete = _complete_length(data)
-    if complete == 0:
-        return pd.DataFrame(columns=RESULT_COLUMNS)
-    return pd.read_csv(io.BytesIO(data[:complete]) if complete < len(data) else path)
-
-
-def _repair_last_line(path: Path) -> bool:
-    """Move a cut-off last line of ``path`` into ``<path>.cut`` (kept for inspection), so an append starts on its
-    own line and the cut run is computed again; True when the file is then empty."""
-    data = path.read_bytes()
-    complete = _complete_length(data)
-    if complete < len(data):
-        with open(path.with_name(path.name + ".cut"), "ab") as fh:
-            fh.write(data[complete:] + b"\n")
-        with open(path, "r+b") as fh:
-            fh.truncate(complete)
-    return complete == 0
-
-
-def _run_key(row) -> tuple:
-    return tuple(str(row[c]) for c in ("dataset", "backbone", "split", "init", "fold", "seed"))
-
-
-def _known_digests(results: pd.DataFrame) -> dict[tuple, set[str]]:
-    """Run -> the backbone digests its rows in ``results`` name (rows written before the column: none)."""
-    if "backbone_digest" not in results.columns:
-        return {}
-    known: dict[tuple, set[str]] = {}
-    for row in results.dropna(subset=["backbone_digest"]).to_dict("records"):
-        known.setdefault(_run_key(row), set()).add(str(row["backbone_digest"]))
-    return known
-
-
-def append_rows(path: Path, rows: Sequence[dict]) -> None:
-    """Append rows to a results CSV (header on first write), flushed so a crash keeps them."""
-    if not rows:
-        return
-    frame = pd.DataFrame(rows)
-    frame = frame[[c for c in RESULT_COLUMNS if c in frame.columns] + [c for c in frame.columns if c not in RESULT_COLUMNS]]
-    try:
-        new = not path.is_file() or path.stat().st_size == 0 or _repair_last_line(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not new:
-            header = list(pd.read_csv(path, nrows=0).columns)
-            if header != list(frame.columns):  # e.g. a file written before a column existed: widen it, keep every row
-                _rewrite_with_columns(path, header, list(frame.columns))
-                frame = frame.reindex(columns=list(pd.read_csv(path, nrows=0).columns))
-        text = frame.to_csv(header=new, index=False, float_format="%.10g")
-        with open(path, "a", newline="") as fh:
-            fh.write(text)  # one write per run
-            fh.flush()
-            os.fsync(fh.fileno())
-    except OSError as exc:
-        raise write_error(path, exc) from None
-
-
-def _rewrite_with_columns(path: Path, header: list[str], extra: list[str]) -> None:
-    """Rewrite ``path`` atomically with the union of its columns and ``extra`` (new ones empty)."""
-    columns = header + [c for c in extra if c not in header]
-    if columns == header:
-        return
-    rewrite_results(path, pd.read_csv(path).reindex(columns=columns))
-
-
-def rewrite_results(path: Path, frame: pd.DataFrame) -> None:
-    """Replace the results CSV ``path`` by ``frame`` atomically, in the format :func:`append_rows` writes (so the
-    cells a caller did not change keep their text)."""
-    tmp = path.with_name(path.name + ".tmp")
-    frame.to_csv(tmp, index=False, float_format="%.10g")
-    tmp.replace(path)
-
-
-def copy_finished_rows(source: Path, results_path: Path, request: BenchmarkRequest, settings: ProtocolSettings,
-                       planned: Sequence[dict] | None = None) -> int:
-    """Append to ``results_path`` the rows of ``source`` that belong to ``request`` (its benchmark, runs and
-    calibrators, with this study seed's run seeds) and that ``results_path`` does not hold yet; returns how many.
-    Refused (ConfigError) when a row to copy was computed on another split or graph than ``planned`` (the
-    runs' definitions, :func:`planned_runs`) or ``source`` repeats a run."""
-    check_resume_source(source)
-    try:
-        theirs = read_results(source)
-    except Exception as exc:
-        raise ConfigError(f"--resume-from {source}: not a readable results CSV ({exc})") from None
-    missing = [c for c in RESULT_COLUMNS[:7] if c not in theirs.columns]
-    if missing:
-        raise ConfigError(f"--resume-from {source}: columns {missing} missing; give a results.csv of simcalib benchmark")
-    calibrators = {canonical_calibrator(c) for c in request.calibrators}
-    runs = make_runs(request.dataset, request.backbone, request.splits, request.inits, request.folds)
-    wanted = {tuple(map(str, (r.dataset, r.backbone, c, r.split, r.init, r.fold, r.seed(settings))))
-              for r in runs for c in calibrators}
-    ours = read_results(results_path)
-    have = {tuple(r) for r in ours[[*KEY_COLUMNS, "seed"]].astype(str).itertuples(index=False)}
-    keys = [tuple(r) for r in theirs[[*KEY_COLUMNS, "seed"]].astype(str).itertuples(index=False)]
-    take = [k in wanted and k not in have for k in keys]
-    rows = check_results(theirs[take], f"--resume-from {source}")
-    if planned is not None:
-        check_append(rows, planned, source, "--resume-from copies only rows of the same split and data definition: "
-                     "run with the split source those rows used (see their split_source column)")
-    append_rows(results_path, rows.to_dict("records"))
-    return len(rows)
-
-
-def check_resume_source(source: str | os.PathLike) -> None:
-    """ConfigError unless ``source`` (a --resume-from) is a file."""
-    if not Path(source).is_file():
-        raise ConfigError(f"--resume-from {source}: no such file; give the path of an existing results.csv")
-
-
-def planned_runs(runs: Sequence[Run], settings: ProtocolSettings) -> list[dict]:
-    """Each run's identity and definition (:func:`run_definition`), as :func:`~simcalib.integrity.check_append`
-    compares them with the rows of a results file."""
-    return [{"dataset": r.dataset, "backbone": r.backbone, "split": r.split, "init": r.init, "fold": r.fold,
-             "label_rate": settings.label_rate, "seed": r.seed(settings), **run_definition(r, settings)} for r in runs]
-
-
-def check_results_file(path: Path, runs: Sequence[Run], settings: ProtocolSettings) -> pd.DataFrame:
-    """The rows of the results file ``path`` when adding ``runs`` to it keeps it one protocol: no run twice,
-    one digest per split and dataset, and none other than the runs' own (else ConfigError / DataCorruptError
-    naming the file, the run and what differs)."""
-    existing = check_results(read_results(path), str(path))
-    check_append(existing, planned_runs(runs, settings), path,
-                 "use the split source and data of those rows (their split_source column; --splits-dir, "
-                 "$SIMCALIB_SPLITS_DIR, --generated-splits), or another --out")
-    return existing
-
-
-def summarize(results: pd.DataFrame, metrics: Sequence[str] = METRIC_NAMES) -> pd.DataFrame:
-    """Mean and population std (ddof=0, as the GATS code) of every metric per benchmark and calibrator."""
-    groups = results.groupby(["dataset", "backbone", "calibrator"], sort=False)
-    summary = groups[list(metrics)].agg(["mean", lambda s: float(np.std(s, ddof=0))])
-    summary.columns = [f"{m}_{'mean' if stat == 'mean' else 'std'}" for m, stat in summary.columns]
-    summary.insert(0, "runs", groups.size())
-    return summary.reset_index()
-
-
 @dataclass
 class BenchmarkRequest:
     dataset: str
@@ -606,36 +452,8 @@ def _batched_rows(jobs, settings, options, predictions_dir, workers: int, models
             yield from _run_split_group(group, settings, options, predictions_dir, models_per_batch, batch_calibrators)
         return
     tasks = [(g, settings, options, predictions_dir, models_per_batch, batch_calibrators) for g in groups]
-    for rows_per_run in _in_processes(_split_group_rows, tasks, workers):
+    for rows_per_run in in_processes(_split_group_rows, tasks, workers):
         yield from rows_per_run
-
-
-def _worker_init(threads: int, warning_filters: list, parent_pid: int) -> None:
-    import threading
-    import warnings
-
-    torch.set_num_threads(threads)
-    warnings.filters[:] = warning_filters  # the caller's filters (spawned processes start with the defaults)
-
-    def exit_with_parent() -> None:  # a killed parent would otherwise leave idle workers behind for good
-        while os.getppid() == parent_pid:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=exit_with_parent, daemon=True).start()
-
-
-class _Counted:
-    """An iterable with a known length, so that a progress wrapper (tqdm) shows the total."""
-
-    def __init__(self, items: Iterable, length: int):
-        self.items, self.length = items, length
-
-    def __iter__(self):
-        return iter(self.items)
-
-    def __len__(self) -> int:
-        return self.length
 
 
 def _rows_in_processes(jobs, settings, options, predictions_dir, workers: int):
@@ -646,33 +464,8 @@ def _rows_in_processes(jobs, settings, options, predictions_dir, workers: int):
     pending = [(run, todo) for run, todo in jobs if todo]
     for _ in range(len(jobs) - len(pending)):
         yield []
-    yield from _in_processes(_run_calibrators, [(run, settings, todo, options, predictions_dir)
-                                                for run, todo in pending], workers)
-
-
-def _in_processes(function: Callable, tasks: Sequence[tuple], workers: int) -> Iterator:
-    """``function(*task)`` of every task in ``workers`` spawned processes with one torch thread each, yielded
-    as each finishes."""
-    import multiprocessing
-    import warnings
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    context = multiprocessing.get_context("spawn")  # torch and fork do not mix safely
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
-                               initargs=(1, list(warnings.filters), os.getpid()))
-    try:
-        futures = [pool.submit(function, *task) for task in tasks]
-        for future in as_completed(futures):
-            yield future.result()
-    except BaseException:
-        # Interrupted, a run failed or the caller stopped early: what finished is already written; stop the
-        # runs in flight now instead of waiting for them, and start no other.
-        processes = list(getattr(pool, "_processes", {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            process.terminate()
-        raise
-    pool.shutdown()
+    yield from in_processes(_run_calibrators, [(run, settings, todo, options, predictions_dir)
+                                               for run, todo in pending], workers)
 
 
 def run_benchmark(
@@ -702,7 +495,7 @@ def run_benchmark(
     The folder is held for this call (:func:`~simcalib.integrity.results_lock`; another writer: an error, or
     with ``wait`` a wait, announced through ``notify``). Rows already in ``results.csv`` (and those copied by
     ``resume_from``) must be of the runs' own split and data definition and hold no run twice; otherwise
-    nothing is added (:func:`check_results_file`)."""
+    nothing is added (:func:`~simcalib.results_store.check_results_file`)."""
     if batch_runs != settings.batch_runs:  # the calibrators' view of a run must read the same backbones
         settings = dataclasses.replace(settings, batch_runs=batch_runs)
     calibrators = [canonical_calibrator(c) for c in request.calibrators]
@@ -726,16 +519,19 @@ def _run_benchmark_locked(request, settings, out_dir: Path, calibrators, save_pr
     results_path = out_dir / "results.csv"
     runs = make_runs(request.dataset, request.backbone, request.splits, request.inits, request.folds)
     load_graph(runs[0].dataset, settings)  # fail fast on missing data, before any progress bar
-    check_results_file(results_path, runs, settings)  # before anything is added
+    planned = planned_runs(runs, settings)
+    check_results_file(results_path, planned)  # before anything is added
     if resume_from is not None:
-        copy_finished_rows(Path(resume_from), results_path, request, settings, planned_runs(runs, settings))
+        copy_finished_rows(Path(resume_from), results_path,
+                           {result_key(r.dataset, r.backbone, c, r.split, r.init, r.fold, r.seed(settings))
+                            for r in runs for c in calibrators}, planned)
     existing = read_results(results_path)
-    done = {tuple(r) for r in existing[[*KEY_COLUMNS, "seed"]].astype(str).itertuples(index=False)}
+    done = set(result_keys(existing))
     predictions_dir = out_dir / "predictions" if save_predictions else None
     jobs = []  # (run, calibrators still missing from results.csv)
     for run in runs:
         todo = [c for c in calibrators
-                if tuple(map(str, (run.dataset, run.backbone, c, run.split, run.init, run.fold, run.seed(settings)))) not in done]
+                if result_key(run.dataset, run.backbone, c, run.split, run.init, run.fold, run.seed(settings)) not in done]
         jobs.append((run, todo))
     options = request.calibrator_options
     if batch_runs or batch_calibrators:
@@ -746,15 +542,15 @@ def _run_benchmark_locked(request, settings, out_dir: Path, calibrators, save_pr
     else:
         rows_per_job = (_run_calibrators(run, settings, todo, options, predictions_dir) if todo else []
                         for run, todo in jobs)
-    known = _known_digests(existing)
+    known = known_backbone_digests(existing)
     other_backbone = []
     with contextlib.closing(rows_per_job):  # an interruption stops the runs in flight
-        counted = _Counted(rows_per_job, len(jobs))
+        counted = Counted(rows_per_job, len(jobs))
         for rows in progress(counted) if progress else counted:
             append_rows(results_path, rows)  # the parent alone writes results.csv, each run as it finishes
             if rows:
                 finished_run()  # the fault hook ($SIMCALIB_FAULT_KILL_AFTER)
-            other_backbone += [row for row in rows[:1] if known.get(_run_key(row), {row["backbone_digest"]})
+            other_backbone += [row for row in rows[:1] if known.get(run_key(row), {row["backbone_digest"]})
                                - {row["backbone_digest"]}]
     if other_backbone:
         tags = ", ".join(f"s{r['split']} i{r['init']} f{r['fold']}" for r in other_backbone[:8])
@@ -770,8 +566,9 @@ def _run_benchmark_locked(request, settings, out_dir: Path, calibrators, save_pr
 
 
 __all__ = [
-    "AUDIT_COLUMNS", "KEY_COLUMNS", "RESULT_COLUMNS", "backbone_digest", "BenchmarkRequest", "ProtocolSettings", "Run", "append_rows",
-    "calibration_graph", "check_results_file", "copy_finished_rows", "describe_split_sources", "evaluate_calibrator", "fit_calibrator_across_runs", "fits_across_runs", "load_graph", "make_runs", "planned_runs", "read_results", "rewrite_results", "run_definition",
-    "run_benchmark", "run_split", "run_split_sources", "summarize", "train_split_backbones",
-    "train_run_backbone",
+    "BenchmarkRequest", "FittedCalibrator", "ProtocolSettings", "Run", "backbone_config", "backbone_digest",
+    "calibration_graph", "describe_split_sources", "evaluate_calibrator", "fit_calibrator",
+    "fit_calibrator_across_runs", "fits_across_runs", "load_graph", "make_runs", "planned_runs", "run_benchmark",
+    "run_definition", "run_split", "run_split_sources", "save_predictions", "train_run_backbone",
+    "train_split_backbones",
 ]

@@ -4,18 +4,15 @@ import pytest
 from simcalib.errors import ConfigError
 from simcalib.integrity import DEFINITION_COLUMNS
 from simcalib.protocol import (
-    AUDIT_COLUMNS,
-    RESULT_COLUMNS,
     BenchmarkRequest,
     ProtocolSettings,
     Run,
-    append_rows,
     evaluate_calibrator,
     fit_calibrator,
     make_runs,
     run_benchmark,
-    summarize,
 )
+from simcalib.results_store import AUDIT_COLUMNS, RESULT_COLUMNS, append_rows, summarize
 
 
 @pytest.fixture
@@ -405,7 +402,7 @@ def test_an_unwritable_or_full_output_folder_fails_in_one_line_and_keeps_what_wa
     import errno
     import os
 
-    import simcalib.protocol as protocol
+    import simcalib.results_store as results_store
     from simcalib.integrity import LOCK_NAME, ResultsWriteError
 
     real_open = os.open
@@ -430,7 +427,7 @@ def test_an_unwritable_or_full_output_folder_fails_in_one_line_and_keeps_what_wa
                 raise OSError(errno.ENOSPC, "No space left on device")
         return open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(protocol, "open", full_disk, raising=False)
+    monkeypatch.setattr(results_store, "open", full_disk, raising=False)
     with pytest.raises(ResultsWriteError, match=r"results.csv \(the disk is full\); the rows written before are kept"):
         run_benchmark(request, settings, tmp_path / "out")
     assert len(pd.read_csv(tmp_path / "out" / "results.csv")) == 1

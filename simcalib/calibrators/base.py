@@ -117,7 +117,7 @@ class Calibrator(nn.Module, ABC):
 
     def audit(self, graph: CalibrationGraph, nodes: Tensor) -> dict:
         """Values of the fitted calibrator worth a results column (e.g. SimCalib's chosen w, t and the
-        temperatures on ``nodes``); see :data:`simcalib.protocol.AUDIT_COLUMNS`. Default: none."""
+        temperatures on ``nodes``); see :data:`simcalib.results_store.AUDIT_COLUMNS`. Default: none."""
         return {}
 
     def prepare(self, graph: CalibrationGraph) -> None:

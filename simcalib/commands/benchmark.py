@@ -85,14 +85,13 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.integrity import results_lock
     from simcalib.protocol import (
         BenchmarkRequest,
-        check_results_file,
-        check_resume_source,
         describe_split_sources,
         make_runs,
+        planned_runs,
         run_benchmark,
         run_split_sources,
-        summarize,
     )
+    from simcalib.results_store import check_results_file, check_resume_source, summarize
     from simcalib.splits import record_split_sources
     from simcalib.study import load_study
 
@@ -130,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         with sigterm_as_interrupt(), results_lock(out, wait=args.wait, notify=notify):
             # the folder's rows and splits.json must be of these runs' splits before anything is written
-            check_results_file(out / "results.csv", make_runs(dataset, backbone, args.splits, args.inits, args.folds),
-                               settings)
+            runs = make_runs(dataset, backbone, args.splits, args.inits, args.folds)
+            check_results_file(out / "results.csv", planned_runs(runs, settings))
             record_split_sources(out, run_split_sources(dataset, args.splits, settings))
             results = run_benchmark(request, settings, out, save_predictions=args.save_predictions, progress=progress,
                                     workers=args.workers, batch_runs=args.batch_runs, resume_from=args.resume_from,

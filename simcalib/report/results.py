@@ -25,7 +25,7 @@ import pandas as pd
 
 from simcalib.errors import ConfigError, DataCorruptError, DataMissingError
 from simcalib.integrity import check_results
-from simcalib.protocol import KEY_COLUMNS, RESULT_COLUMNS, read_results
+from simcalib.results_store import KEY_COLUMNS, RESULT_COLUMNS, read_results
 
 _DEDUPE = contextvars.ContextVar("simcalib_report_dedupe", default=False)
 

@@ -15,7 +15,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from study_helpers import PROJECT_ROOT, TASKS_LINE, TINY_CALIBRATORS, numbers
 
-from simcalib.protocol import RESULT_COLUMNS, ProtocolSettings, Run
+from simcalib.protocol import ProtocolSettings, Run
+from simcalib.results_store import RESULT_COLUMNS
 
 
 def test_tasks_are_plain_functions_underneath(tiny_protocol: ProtocolSettings, tmp_path):
