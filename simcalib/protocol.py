@@ -412,9 +412,9 @@ def _run_split_group(group: Sequence[tuple[Run, list[str]]], settings: ProtocolS
                      predictions_dir: Path | None, models_per_batch: int | None = None,
                      batch_calibrators: bool = False) -> Iterator[list[dict]]:
     """The runs of one split: their backbones (with ``settings.batch_runs`` trained together, else one at a
-    time; cached per run), then each run's calibrator rows, yielded run by run (so results.csv grows as
-    today). With ``batch_calibrators`` every calibrator that :func:`fits_across_runs` is first fitted on all
-    the runs that need it at once; the rows then come as before."""
+    time; cached per run), then each run's calibrator rows, yielded run by run (so results.csv grows one run
+    at a time). With ``batch_calibrators`` every calibrator that :func:`fits_across_runs` is first fitted on
+    all the runs that need it at once; the rows are then yielded run by run all the same."""
     runs = [run for run, _ in group]
     if settings.batch_runs:
         outputs = train_split_backbones(runs, settings, models_per_batch)
