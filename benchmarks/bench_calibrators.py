@@ -118,8 +118,8 @@ def cora_grid_speed(threads: int, runs: int = 3, repeats: int = 3) -> None:
 
 
 def model_epochs(model) -> int:
-    """Epochs of the longest-training unit of a fitted SimCalib grid."""
-    return max(max(point["epochs"]) for point in model.fit_info["grid"])
+    """Epochs of the longest-training point of a fitted SimCalib grid."""
+    return max(point["epochs"] for point in model.fit_info["grid"])
 
 
 def kernel_speed(threads: int) -> None:
