@@ -281,6 +281,7 @@ def test_the_feature_temperature_stays_within_its_bound_around_the_anchor():
 
 def test_branches_start_at_the_initial_temperature():
     graph = tiny_graph()
+    seed_everything(0)  # G_feat's random start spreads T_feat around init_temperature
     model = build_calibrator("SimCalib", graph.num_classes, w=0.5, t=0.5, init_temperature=2.0, movement_bias=1.0,
                              feature_temperature="softplus")
     with torch.no_grad():
