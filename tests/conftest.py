@@ -6,9 +6,9 @@ import os
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from synthetic_graphs import make_sbm_graph
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SIMCALIB_SHARED_DIR", PROJECT_ROOT.parent / "shared"))
@@ -53,31 +53,6 @@ def paper_dir() -> Path:
     if not (PAPER / "table1_ece.csv").is_file():
         pytest.skip(f"paper tables not found in {PAPER} (set SIMCALIB_SHARED_DIR)")
     return PAPER
-
-
-def make_sbm_graph(num_nodes: int = 90, num_classes: int = 3, num_features: int = 24, seed: int = 0,
-                   p_in: float = 0.15, p_out: float = 0.01):
-    """A small stochastic-block-model graph with class-correlated sparse features (a GraphData)."""
-    from simcalib.data.loading import GraphData
-
-    rng = np.random.default_rng(seed)
-    y = np.arange(num_nodes) % num_classes
-    same = y[:, None] == y[None, :]
-    upper = np.triu(rng.random((num_nodes, num_nodes)) < np.where(same, p_in, p_out), 1)
-    adj = upper | upper.T
-    row, col = np.nonzero(adj)
-    centers = rng.random((num_classes, num_features)) < 0.3
-    x = ((rng.random((num_nodes, num_features)) < 0.1) | (centers[y] & (rng.random((num_nodes, num_features)) < 0.7)))
-    x = x.astype(np.float32)
-    x /= np.clip(x.sum(1, keepdims=True), 1e-12, None)
-    return GraphData(
-        name="SBM",
-        x=torch.from_numpy(x).to_sparse_csr(),
-        edge_index=torch.from_numpy(np.stack([row, col])).long(),
-        y=torch.from_numpy(y).long(),
-        num_classes=num_classes,
-        source="synthetic",
-    )
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from conftest import make_sbm_graph
+from synthetic_graphs import make_sbm_graph
 
 from simcalib import protocol
 from simcalib.calibrators import calibrator_names

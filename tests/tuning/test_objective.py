@@ -62,7 +62,7 @@ def test_poisoned_test_labels_leave_the_objective_unchanged(monkeypatch, tmp_pat
     """Every test-node label replaced by a wrong one: identical values. Poisoning calibration-fold labels
     instead must change them (so this check can fail). On a generated graph, each evaluation training its
     backbone afresh in an empty cache (a backbone cached from the clean labels would hide a leak into it)."""
-    from conftest import make_sbm_graph
+    from synthetic_graphs import make_sbm_graph
 
     from simcalib.protocol import ProtocolSettings, Run
     from simcalib.splits import generate_split
