@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh machine:
-#   make study   the main job (a study on embedded defaults)
+#   make study   the quick study (study/quick.yaml) through the Prefect flow, on embedded defaults
 #   make test    the tests
 # Both create a project-local virtual environment first (torch 2.13.0 before everything else).
 
