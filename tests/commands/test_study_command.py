@@ -53,5 +53,5 @@ def test_check_shows_the_plan(capsys):
     assert main(["study", "check", str(PROJECT_ROOT / "study" / "offline.yaml"), "--runner", "dask",
                  "--dask-address", "tcp://10.0.0.5:8786"]) == 0
     out = capsys.readouterr().out
-    assert "benchmarks   12:" in out and "75 per benchmark" in out and "900 pretrain + 10800 calibrate" in out
+    assert "benchmarks   12:" in out and "75 per benchmark" in out and "900 pretrain + 11700 calibrate" in out
     assert "runner       dask x 2" in out
