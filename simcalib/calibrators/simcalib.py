@@ -460,16 +460,16 @@ class SimCalib(GraphInputsCache, Calibrator):
         """The chosen w and t, and mean and std of T_feat and T_move over ``nodes`` (results columns)."""
         self.eval()
         row = {"w": self.w, "t": self.t if self.relative_degree else None}
-        for key, present, temperature in (("t_feat", self.feature_gnn is not None, self.feature_temperature),
-                                          ("t_move", self.movement_weight is not None, self.movement_temperature)):
-            values = temperature(graph)[nodes].flatten() if present else None
-            row[f"{key}_mean"] = float(values.mean()) if present else None
-            row[f"{key}_std"] = float(values.std(unbiased=False)) if present else None
+        t_feat = self.feature_temperature(graph)[nodes].flatten() if self.feature_gnn is not None else None
+        t_move = self.movement_temperature(graph)[nodes].flatten() if self.movement_weight is not None else None
+        for key, values in (("t_feat", t_feat), ("t_move", t_move)):
+            row[f"{key}_mean"] = None if values is None else float(values.mean())
+            row[f"{key}_std"] = None if values is None else float(values.std(unbiased=False))
         row["t_feat_spearman"] = None
-        if self.feature_gnn is not None:  # does T_feat follow the distance to the nearest prototype?
+        if t_feat is not None:  # does T_feat follow the distance to the nearest prototype?
             distance = nearest_prototype_distance(graph.hidden, graph.labels, graph.train_idx,
                                                   self.num_classes, nodes, self.covariance_ridge)
-            row["t_feat_spearman"] = spearman(self.feature_temperature(graph)[nodes].flatten(), distance)
+            row["t_feat_spearman"] = spearman(t_feat, distance)
         return row
 
 
@@ -478,7 +478,7 @@ def class_halves(nodes: Tensor, labels: Tensor, seed: int) -> tuple[Tensor, Tens
     generator = torch.Generator().manual_seed(seed)
     first, second = [], []
     for k in labels.unique().tolist():
-        members = nodes[labels.cpu() == k] if nodes.device.type == "cpu" else nodes[labels == k]
+        members = nodes[labels == k]  # nodes and labels: one device
         members = members[torch.randperm(len(members), generator=generator).to(members.device)]
         first.append(members[(len(members) + 1) // 2:])
         second.append(members[: (len(members) + 1) // 2])
