@@ -357,7 +357,10 @@ def evaluate_calibrator(
         # the feature-similarity figure's x axis; prototypes from the training folds, as SimCalib's default
         distance = nearest_prototype_distance(cg.hidden, cg.labels, cg.train_idx, cg.num_classes, test_idx).cpu().numpy()
         if name in FIGURE_CALIBRATORS:
-            figure_bins = to_json(summarise(test_probs.numpy(), y_test.numpy(), distance))
+            with torch.no_grad():
+                t_feat = model.nodewise_feature_temperature(cg)
+            t_feat = None if t_feat is None else t_feat[torch.from_numpy(test_idx).to(t_feat.device)].cpu().numpy()
+            figure_bins = to_json(summarise(test_probs.numpy(), y_test.numpy(), distance, t_feat=t_feat))
         if predictions_dir is not None:
             save_predictions(Path(predictions_dir), run, name, test_probs.numpy(), y_test.numpy(), test_idx, distance)
     return {

@@ -56,6 +56,23 @@ def test_json_round_trip_and_pooling_over_runs():
     assert pool([]) is None
 
 
+def test_feature_temperatures_are_group_means_kept_through_json_and_pooled_over_the_runs_that_have_them():
+    probs, labels, distance = _run(4)
+    t_feat = 0.5 + distance  # grows with the distance: group means must grow too
+    bins = summarise(probs, labels, distance, t_feat=t_feat)
+    closest = np.argsort(distance, kind="stable")[: int(bins.count[0].sum())]
+    assert bins.t_feat[0] == pytest.approx(t_feat[closest].mean())
+    assert np.all(np.diff(bins.t_feat) > 0) and bins.t_feat_runs == 1
+    back = from_json(to_json(bins))
+    np.testing.assert_allclose(back.t_feat, bins.t_feat, rtol=1e-5)
+    without = from_json(to_json(summarise(*_run(5))))
+    assert without.t_feat is None and without.t_feat_runs == 0  # rows without it read as not recorded
+    other = summarise(*_run(6), t_feat=np.full(len(labels), 2.0))
+    pooled = pool([back, without, other])
+    assert pooled.runs == 3 and pooled.t_feat_runs == 2
+    np.testing.assert_allclose(pooled.t_feat, (back.t_feat + 2.0) / 2)
+
+
 @pytest.mark.parametrize("text", ["{", '{"v": 99}', '{"v": 1, "count": [[1]]}', "[]"])
 def test_anything_else_is_refused_by_name(text):
     with pytest.raises(ValueError, match="not a figure_bins value"):

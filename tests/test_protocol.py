@@ -1,3 +1,4 @@
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -134,6 +135,18 @@ def test_rows_of_the_figures_calibrators_carry_their_binned_test_predictions(set
     assert bins.nodes == len(saved.labels) and bins.count.shape == (5, 15)
     assert np.all(np.diff(bins.distance) > 0)  # groups ordered by feature distance
     assert evaluate_calibrator(run, settings, "TS")["figure_bins"] is None  # not a calibrator the figures show
+    assert bins.t_feat is None  # UnCal has no feature temperature
+
+
+def test_simcalib_figure_data_carries_its_feature_temperature_per_distance_group(settings):
+    from simcalib.figure_bins import from_json
+
+    row = evaluate_calibrator(Run("Cora", "GCN", 0, 0, 0), settings, "SimCalib", {"max_epochs": 20, "patience": 5})
+    bins = from_json(row["figure_bins"])
+    assert bins.t_feat.shape == (5,) and np.all(bins.t_feat > 0)
+    # group means weighted by group size give the audit's mean over the test nodes
+    sizes = bins.count.sum(1)
+    assert float((bins.t_feat * sizes).sum() / sizes.sum()) == pytest.approx(row["t_feat_mean"], rel=1e-4)
 
 
 def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_row(tmp_path):

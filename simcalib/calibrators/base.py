@@ -120,6 +120,11 @@ class Calibrator(nn.Module, ABC):
         temperatures on ``nodes``); see :data:`simcalib.results_store.AUDIT_COLUMNS`. Default: none."""
         return {}
 
+    def nodewise_feature_temperature(self, graph: CalibrationGraph) -> Tensor | None:
+        """Each node's feature-similarity temperature [N] for a calibrator that has one (SimCalib's T_feat);
+        None otherwise. The feature-similarity figure averages it per distance group."""
+        return None
+
     def prepare(self, graph: CalibrationGraph) -> None:
         """Hook: build graph-dependent buffers (distances, prototypes...) before training. Default: nothing."""
 

@@ -353,6 +353,13 @@ class SimCalib(GraphInputsCache, Calibrator):
         """T_feat of the chosen point, [N, 1]."""
         return self.grid_feature_temperature(graph)[self.point]
 
+    def nodewise_feature_temperature(self, graph: CalibrationGraph) -> Tensor | None:
+        """T_feat of the chosen point, [N]; None without the feature branch."""
+        if self.feature_gnn is None:
+            return None
+        self.eval()
+        return self.feature_temperature(graph).flatten()
+
     def movement_temperature(self, graph: CalibrationGraph) -> Tensor:
         """T_move of the chosen point, [N, 1]."""
         return self.grid_movement_temperature(graph)[self.point]
@@ -460,7 +467,8 @@ class SimCalib(GraphInputsCache, Calibrator):
         """The chosen w and t, and mean and std of T_feat and T_move over ``nodes`` (results columns)."""
         self.eval()
         row = {"w": self.w, "t": self.t if self.relative_degree else None}
-        t_feat = self.feature_temperature(graph)[nodes].flatten() if self.feature_gnn is not None else None
+        t_feat = self.nodewise_feature_temperature(graph)
+        t_feat = None if t_feat is None else t_feat[nodes]
         t_move = self.movement_temperature(graph)[nodes].flatten() if self.movement_weight is not None else None
         for key, values in (("t_feat", t_feat), ("t_move", t_move)):
             row[f"{key}_mean"] = None if values is None else float(values.mean())

@@ -247,15 +247,21 @@ def similarity_groups(bins: pd.DataFrame, methods: Sequence[str] = SIMILARITY_ME
             for g in range(n_groups):
                 records.append({"dataset": key[0], "backbone": key[1], "split": key[2], "init": key[3],
                                 "fold": key[4], "group": g + 1, "calibrator": m,
-                                "mean_distance": float(b.distance[g]), "ece": b.ece(g)})
+                                "mean_distance": float(b.distance[g]), "ece": b.ece(g),
+                                "t_feat": np.nan if b.t_feat is None else float(b.t_feat[g])})
     return pd.DataFrame(records) if records else None
 
 
 def similarity_summary(groups: pd.DataFrame) -> pd.DataFrame:
-    """Mean group ECE over runs and the improvement over UnCal, per (benchmark, group, method)."""
+    """Mean group ECE over runs and the improvement over UnCal, per (benchmark, group, method); for a method
+    with a node-wise feature temperature (SimCalib), its group mean over the runs that recorded it."""
+    if "t_feat" not in groups.columns:
+        groups = groups.assign(t_feat=np.nan)
     mean = groups.groupby(["dataset", "backbone", "group", "calibrator"], as_index=False).agg(
         ece=("ece", "mean"), ece_std=("ece", lambda s: float(np.std(s, ddof=0))), runs=("ece", "size"),
-        mean_distance=("mean_distance", "mean"))
+        mean_distance=("mean_distance", "mean"), t_feat=("t_feat", "mean"),
+        t_feat_std=("t_feat", lambda s: float(np.nanstd(s)) if s.notna().any() else np.nan),
+        t_feat_runs=("t_feat", "count"))
     uncal = mean[mean["calibrator"] == "UnCal"][["dataset", "backbone", "group", "ece"]].rename(columns={"ece": "uncal"})
     mean = mean.merge(uncal, on=["dataset", "backbone", "group"], how="left")
     mean["improvement"] = mean["uncal"] - mean["ece"]
@@ -263,13 +269,16 @@ def similarity_summary(groups: pd.DataFrame) -> pd.DataFrame:
 
 
 def feature_similarity_figure(summary: pd.DataFrame, methods: Sequence[str] = SIMILARITY_METHODS) -> Figure:
+    """Per benchmark two panels: group ECE and improvement over UnCal; below it SimCalib's feature temperature
+    T_feat per group (mean over runs, bars: std over runs), the mechanism that should make it differ from GATS."""
     benchmarks = sorted_benchmarks(zip(summary["dataset"], summary["backbone"]))
-    fig, axes = _grid(len(benchmarks), 1, (4.6, 3.5))
+    fig, axes = _grid(len(benchmarks), 2, (4.6, 3.0))
     colors = _palette(methods)
     for i, b in enumerate(benchmarks):
         block, col = divmod(i, PANEL_COLUMNS)
-        ax = axes[block, col]
+        ax = axes[2 * block, col]
         panel = summary[(summary["dataset"] == b[0]) & (summary["backbone"] == b[1])]
+        _feature_temperature_panel(axes[2 * block + 1, col], panel, colors.get("SimCalib"))
         sns.barplot(data=panel, x="group", y="ece", hue="calibrator", hue_order=list(methods), palette=colors,
                     ax=ax, errorbar=None)
         for method in methods[1:]:  # improvements over UnCal as dashed lines (same % scale)
@@ -284,9 +293,24 @@ def feature_similarity_figure(summary: pd.DataFrame, methods: Sequence[str] = SI
         handles, labels = ax.get_legend_handles_labels()
         ax.get_legend().remove()
     fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small", frameon=False)
-    _hide_unused(axes, len(benchmarks), 1)
-    _suptitle(fig, "Feature similarity: group ECE (bars) and improvement over UnCal (dashed lines)")
+    _hide_unused(axes, len(benchmarks), 2)
+    _suptitle(fig, "Feature similarity: group ECE (bars) and improvement over UnCal (dashed lines); below, "
+                   "SimCalib's feature temperature T_feat per group")
     return fig
+
+
+def _feature_temperature_panel(ax, panel: pd.DataFrame, color) -> None:
+    """SimCalib's mean T_feat per distance group, or a note where no run recorded it."""
+    line = panel[(panel["calibrator"] == "SimCalib") & panel["t_feat"].notna()].sort_values("group") \
+        if "t_feat" in panel.columns else panel.iloc[:0]
+    if line.empty:
+        _blank(ax, "T_feat per group not recorded\n(rows written before the figure data carried it)")
+        return
+    ax.errorbar(line["group"], line["t_feat"], yerr=line["t_feat_std"], color=color, marker="o", capsize=3)
+    ax.set_xticks(sorted(line["group"].unique()))
+    ax.set_xlabel("feature-distance group")
+    ax.set_ylabel("SimCalib T_feat")
+    ax.set_title(f"T_feat per group ({int(line['t_feat_runs'].min())} runs)", fontsize="small")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -90,3 +90,19 @@ def test_missing_inputs_give_no_figure_instead_of_an_error(tmp_path):
     assert figures.data_efficiency_figure(study.rows) is None  # a single label rate
     assert figures.reliability_grid(figures.figure_bins_frame(study.predictions.iloc[0:0])) is None
     assert figures.data_efficiency_figure(pd.DataFrame(columns=study.rows.columns)) is None
+
+
+def test_the_feature_similarity_figure_shows_simcalib_feature_temperature_per_group(synthetic_study):
+    from dataclasses import replace
+
+    bins = figures.figure_bins_frame(load_study_results(synthetic_study).main_predictions())
+    simcalib = bins["calibrator"] == "SimCalib"
+    # T_feat growing with the group's distance, as the paper's mechanism should give
+    bins.loc[simcalib, "bins"] = [replace(b, t_feat=0.5 + b.distance, t_feat_runs=1) for b in bins.loc[simcalib, "bins"]]
+    summary = figures.similarity_summary(figures.similarity_groups(bins))
+    line = summary[summary["calibrator"] == "SimCalib"].sort_values("group")
+    assert line["t_feat"].is_monotonic_increasing and (line["t_feat_runs"] == line["runs"]).all()
+    assert summary[summary["calibrator"] == "UnCal"]["t_feat"].isna().all()
+    fig = figures.feature_similarity_figure(summary)
+    drawn = [ax for ax in fig.axes if ax.get_visible() and ax.get_ylabel() == "SimCalib T_feat"]
+    assert len(drawn) == 1 and drawn[0].lines  # one benchmark with distances: one T_feat panel, with its line
