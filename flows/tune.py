@@ -2,7 +2,7 @@
 
 Per benchmark, one task first makes sure the tuning runs' backbones are in the disk cache (so parallel
 searches of several calibrators never train the same backbone twice); then one task per calibrator runs
-:func:`flows.tuning.run_search`, which continues its Optuna study if it exists. Each search writes its best
+:func:`flows.optuna_search.run_search`, which continues its Optuna study if it exists. Each search writes its best
 options to ``study/tuned/<Dataset>_<Backbone>.yaml``, where the study flow reads them.
 
 Usage::
@@ -19,7 +19,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.tuning import SearchRequest, run_search
+from flows.optuna_search import SearchRequest, run_search
 from simcalib.backbones import backbone_name
 from simcalib.calibrators import canonical_calibrator
 from simcalib.data import get_spec

@@ -92,6 +92,23 @@ def test_benchmark_takes_calibrators_options_and_seed_from_a_study_file(tmp_path
     assert (frame["seed"] == run_seed(3, "Cora", "GCN", 0, 0, 0)).all()  # its seed, not the default 10
 
 
+def test_benchmark_reads_tuned_options_for_tuned_names_from_the_tuned_dir(tmp_path, mirror_dir, splits_dir):
+    from simcalib.tuning.store import save_tuned_params
+
+    args = ["benchmark", "--dataset", "Cora", "--backbone", "GCN", "--calibrators", "gats_tuned",
+            "--splits", "=0", "--inits", "=0", "--folds", "=0", "--max-epochs", "10", "--threads", "1",
+            "--no-progress", "--out", str(tmp_path / "out"), "--data-root", str(tmp_path / "data"),
+            "--cache-dir", str(tmp_path / "cache"), "--tuned-dir", str(tmp_path / "tuned")]
+    env = {"SIMCALIB_DATA_MIRROR": str(mirror_dir), "SIMCALIB_SPLITS_DIR": str(splits_dir)}
+    missing = simcalib(*args, env=env)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert "no tuned hyperparameters for GATS on Cora/GCN" in missing.stderr and "simcalib tune" in missing.stderr
+    save_tuned_params("Cora", "GCN", "GATS", {"lr": 0.02, "max_epochs": 3}, folder=tmp_path / "tuned")
+    result = simcalib(*args, env=env)
+    assert result.returncode == 0, result.stderr
+    assert list(pd.read_csv(tmp_path / "out" / "results.csv")["calibrator"]) == ["GATS_tuned"]
+
+
 def test_benchmark_takes_the_batch_keys_from_a_study_file_and_the_command_line_wins(tmp_path, mirror_dir, splits_dir):
     study = tmp_path / "pass.yaml"
     study.write_text("name: pass\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\ncalibrators: [TS]\n"

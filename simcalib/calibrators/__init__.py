@@ -31,7 +31,7 @@ class CalibratorEntry:
     cls: type[Calibrator]
     preset: dict = field(default_factory=dict)  # options fixed by this name
     description: str = ""
-    tuned_from: str | None = None  # read this calibrator's tuned options for the benchmark (study/tuned/)
+    tuned_from: str | None = None  # its options are this calibrator's tuned ones, given by the study layer
 
 
 CALIBRATORS: dict[str, CalibratorEntry] = {}
@@ -58,16 +58,16 @@ def build_calibrator(name: str, num_classes: int, dataset: str | None = None, ba
     """Instantiate a registered calibrator with the protocol defaults for (dataset, backbone).
 
     ``options`` override the preset and the default weight decay; unknown options raise a ConfigError
-    naming the calibrator. A ``*_tuned`` name adds the tuned options of its base calibrator on (dataset,
-    backbone) from ``study/tuned/`` (``$SIMCALIB_TUNED_DIR``); explicit ``options`` still win.
+    naming the calibrator. A ``*_tuned`` name is its base calibrator with the options a search stored for the
+    benchmark: the study and the command line read them (:func:`simcalib.tuning.store.load_tuned_params`) and
+    pass them here as ``options``; the library reads no file.
     """
     entry = CALIBRATORS[canonical_calibrator(name)]
-    if entry.tuned_from is not None:
-        if dataset is None or backbone is None:
-            raise ConfigError(f"{entry.name} reads tuned options per benchmark: give the dataset and backbone")
-        from simcalib.tuned import load_tuned_params
-
-        options = {**load_tuned_params(dataset, backbone, entry.tuned_from), **options}
+    if entry.tuned_from is not None and not options:
+        raise ConfigError(f"{entry.name} is {entry.tuned_from} with options tuned per benchmark, and none were given: "
+                          f"pass them, e.g. build_calibrator({entry.name!r}, ..., **load_tuned_params(dataset, "
+                          f"backbone, {entry.tuned_from!r})) from simcalib.tuning.store, or name it in a study file "
+                          f"or `simcalib benchmark --calibrators`, which read study/tuned/")
     # per-benchmark option defaults besides weight decay (e.g. GATS's bias on CoraFull)
     benchmark_defaults = getattr(entry.cls, "benchmark_defaults", None)
     per_benchmark = benchmark_defaults(dataset, backbone) if benchmark_defaults else {}

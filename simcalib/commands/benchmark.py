@@ -49,6 +49,9 @@ def register(sub) -> None:
                             "refuses to run on anything but the fixed files")
     bench.add_argument("--wait", action="store_true",
                        help="if another command writes to the same --out, wait for it to finish instead of failing")
+    bench.add_argument("--tuned-dir", default=None,
+                       help="where *_tuned calibrators find their options (default: the --study file's tuned_dir, "
+                            "else $SIMCALIB_TUNED_DIR, else study/tuned)")
     bench.add_argument("--cache-dir", help="backbone cache (default: $SIMCALIB_CACHE_DIR or .cache/simcalib)")
     bench.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     bench.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from simcalib.backbones import backbone_name
-    from simcalib.calibrators import canonical_calibrator
+    from simcalib.calibrators import CALIBRATORS, canonical_calibrator
     from simcalib.data import get_spec
     from simcalib.errors import ConfigError
     from simcalib.integrity import results_lock
@@ -94,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.results_store import check_results_file, check_resume_source, summarize
     from simcalib.splits import record_split_sources
     from simcalib.study import load_study
+    from simcalib.tuning.store import load_tuned_params
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
@@ -115,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
         list(study_options) if study_options is not None else ["uncal", "ts", "vs", "ets"])
     calibrators = [canonical_calibrator(c) for c in names]  # validate names before any work
     options = {c: study_options[c] for c in calibrators if study_options and c in study_options}
+    tuned_dir = args.tuned_dir or (study.spec.tuned_dir if study else None)
+    for c in calibrators:  # e.g. SimCalib_tuned without --study: the options a search stored for the benchmark
+        if c not in options and CALIBRATORS[c].tuned_from is not None:
+            options[c] = load_tuned_params(dataset, backbone, CALIBRATORS[c].tuned_from, tuned_dir)
     fold_rate = 0.05 if args.label_rate is None else args.label_rate / 3
     settings = protocol_settings(args, fold_rate)
     out = Path(args.out or f"results/{dataset}_{backbone}")

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     import optuna
     import torch
 
-    from flows.tuning import SearchRequest, evaluate_tuned, run_search
+    from flows.optuna_search import SearchRequest, evaluate_tuned, run_search
     from simcalib.backbones import backbone_name
     from simcalib.calibrators import canonical_calibrator
     from simcalib.data import get_spec

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simcalib.report import figures as figs
-from simcalib.report import stats, theory
+import simcalib.report.figures as figs
+import simcalib.report.stats as stats
+import simcalib.report.theory as theory
 from simcalib.report.grid import grid_choices, grid_choices_grid
 from simcalib.report.paper import PaperTables, load_paper_tables
 from simcalib.report.render import (

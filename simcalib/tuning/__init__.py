@@ -1,7 +1,7 @@
 """Hyperparameter search, the library side: search spaces as data, the labelled-node objective, the
 naming and storage conventions of searches, and the before/after evaluation of tuned options.
 
-Optuna itself lives in ``flows/tuning.py``; nothing here imports it. One Optuna study holds the search of
+Optuna itself lives in ``flows/optuna_search.py``; nothing here imports it. One Optuna study holds the search of
 one calibrator on one benchmark, named by :func:`study_name` (e.g. ``Cora_GCN_SimCalib``), in the storage
 given by :func:`optuna_storage` (``sqlite:///optuna.db`` in the working folder unless
 ``$SIMCALIB_OPTUNA_STORAGE`` or an explicit SQLAlchemy URL says otherwise). ``simcalib ui`` opens the

@@ -17,7 +17,7 @@ optionally, options fixed for every trial::
           t: [0.3, 0.5, 1.0]
 
 Every option name is checked against the calibrator's constructor, and every error names the file, the
-line and the key to fix. The library knows nothing of Optuna: ``flows/tuning.py`` turns a
+line and the key to fix. The library knows nothing of Optuna: ``flows/optuna_search.py`` turns a
 :class:`ParamSpec` into a ``trial.suggest_*`` call and a grid space into a ``GridSampler``.
 """
 

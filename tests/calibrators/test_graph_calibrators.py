@@ -400,16 +400,15 @@ def test_gats_survives_distance_scalings_learnt_down_to_zero():
     assert torch.isfinite(model(graph)).all()
 
 
-def test_tuned_names_read_the_benchmarks_tuned_options(tmp_path, monkeypatch):
-    from simcalib.tuned import save_tuned_params
+def test_tuned_names_take_their_options_from_the_caller_and_read_no_file(tmp_path, monkeypatch):
+    from simcalib.tuning.store import save_tuned_params
 
     monkeypatch.setenv("SIMCALIB_TUNED_DIR", str(tmp_path))
-    with pytest.raises(ConfigError, match="simcalib tune"):
-        build_calibrator("SimCalib_tuned", 7, "Cora", "GCN")
     save_tuned_params("Cora", "GCN", "SimCalib", {"lr": 0.05, "heads": 4})
-    model = build_calibrator("SimCalib_tuned", 7, "Cora", "GCN")
+    with pytest.raises(ConfigError, match="SimCalib_tuned is SimCalib with options tuned per benchmark.*load_tuned_params"):
+        build_calibrator("SimCalib_tuned", 7, "Cora", "GCN")  # a stored file is not read behind the caller's back
+    model = build_calibrator("SimCalib_tuned", 7, "Cora", "GCN", lr=0.05, heads=4)
     assert model.lr == 0.05 and model.movement_weight.shape[-1] == 4
-    assert build_calibrator("SimCalib_tuned", 7, "Cora", "GCN", lr=0.002).lr == 0.002  # explicit options win
     assert "SimCalib_tuned" not in calibrator_names() and "SimCalib_tuned" in calibrator_names(include_tuned=True)
 
 

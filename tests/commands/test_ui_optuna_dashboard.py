@@ -13,7 +13,7 @@ import pytest
 from process_helpers import read_until
 
 from flows.services import free_port
-from flows.tuning import SearchRequest, run_search
+from flows.optuna_search import SearchRequest, run_search
 
 pytestmark = pytest.mark.slow
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

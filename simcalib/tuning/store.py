@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from simcalib.backbones import backbone_name
+from simcalib.calibrators import canonical_calibrator
 from simcalib.data import get_spec
 from simcalib.errors import ConfigError
 
@@ -47,8 +48,6 @@ def read_tuned_file(path: Path) -> dict:
 
 def load_tuned_params(dataset: str, backbone: str, calibrator: str, folder: str | os.PathLike | None = None) -> dict:
     """The tuned options of ``calibrator`` on (dataset, backbone); ConfigError naming the fix if none exist."""
-    from simcalib.calibrators import canonical_calibrator
-
     name = canonical_calibrator(calibrator)
     path = tuned_path(dataset, backbone, folder)
     entry = read_tuned_file(path).get(name)
@@ -63,8 +62,6 @@ def load_tuned_params(dataset: str, backbone: str, calibrator: str, folder: str 
 def save_tuned_params(dataset: str, backbone: str, calibrator: str, params: dict, folder: str | os.PathLike | None = None,
                       **metadata) -> Path:
     """Write (or replace) the entry of ``calibrator``; other calibrators' entries in the file are kept."""
-    from simcalib.calibrators import canonical_calibrator
-
     name = canonical_calibrator(calibrator)
     path = tuned_path(dataset, backbone, folder)
     content = read_tuned_file(path)

@@ -15,7 +15,7 @@
 * **Tracking**: each trial is an MLflow run (optuna-integration's MLflowCallback) in the experiment named
   after the study, with the per-run values as a stepped metric.
 * **Feedback**: the best options (plus the space's fixed ones) go to ``study/tuned/<Dataset>_<Backbone>.yaml``
-  with :func:`simcalib.tuned.save_tuned_params`, where the study reads them when a calibrator says ``tuned``.
+  with :func:`simcalib.tuning.store.save_tuned_params`, where the study reads them when a calibrator says ``tuned``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.protocol import ProtocolSettings, Run, make_runs
 from simcalib.seeding import STUDY_SEED, derive_seed
 from simcalib.study import DEFAULT_TRACKING_URI  # one MLflow store for studies and searches
-from simcalib.tuned import save_tuned_params
+from simcalib.tuning.comparison import compare_tuned, summarize_comparison, write_report
+from simcalib.tuning.store import load_tuned_params, save_tuned_params, tuned_path
 from simcalib.tuning import (
     DEFAULT_SPACE,
     CalibrationObjective,
@@ -361,9 +362,6 @@ def evaluate_tuned(request: SearchRequest, settings: ProtocolSettings, out_dir: 
                    command: str | None = None, progress=None) -> dict:
     """Test metrics of the calibrator with default vs tuned options (read back from the tuned file, as the
     study reads them) on the given runs, written as a markdown report plus a per-run CSV."""
-    from simcalib.tuned import load_tuned_params, tuned_path
-    from simcalib.tuning.comparison import compare_tuned, summarize_comparison, write_report
-
     calibrator = canonical_calibrator(request.calibrator)
     tuning_runs = make_runs(request.dataset, request.backbone, request.splits, request.inits, request.folds)
     dataset, backbone = tuning_runs[0].dataset, tuning_runs[0].backbone

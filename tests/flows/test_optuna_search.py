@@ -8,9 +8,9 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from flows.tuning import SearchRequest, make_objective, run_search
+from flows.optuna_search import SearchRequest, make_objective, run_search
 from simcalib.errors import ConfigError
-from simcalib.tuned import load_tuned_params
+from simcalib.tuning.store import load_tuned_params
 from simcalib.tuning import CalibrationObjective, ObjectiveSettings, SearchSpace
 from simcalib.tuning.spaces import ParamSpec
 
@@ -102,7 +102,7 @@ def test_a_study_refuses_settings_that_change_what_it_measures(request_for, tiny
         run_search(request_for(trials=2, objective=ObjectiveSettings(metric="ece")), tiny_protocol)
     with pytest.raises(ConfigError, match=r"measured differently \(runs changed"):
         run_search(request_for(trials=2, folds=[1]), tiny_protocol)
-    monkeypatch.setattr("flows.tuning.code_fingerprint", lambda: "calibrator code edited")
+    monkeypatch.setattr("flows.optuna_search.code_fingerprint", lambda: "calibrator code edited")
     with pytest.raises(ConfigError, match=r"measured differently \(code changed"):
         run_search(request_for(trials=2), tiny_protocol)
 
