@@ -36,8 +36,6 @@ from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.protocol import ProtocolSettings, Run, make_runs
 from simcalib.seeding import STUDY_SEED, derive_seed
 from simcalib.study import DEFAULT_TRACKING_URI  # one MLflow store for studies and searches
-from simcalib.tuning.comparison import compare_tuned, summarize_comparison, write_report
-from simcalib.tuning.store import load_tuned_params, save_tuned_params, tuned_path
 from simcalib.tuning import (
     DEFAULT_SPACE,
     CalibrationObjective,
@@ -48,6 +46,8 @@ from simcalib.tuning import (
     study_name,
     tuning_order,
 )
+from simcalib.tuning.comparison import compare_tuned, summarize_comparison, write_report
+from simcalib.tuning.store import load_tuned_params, save_tuned_params, tuned_path
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 SAMPLERS = ("tpe", "grid")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from process_helpers import read_until
 
-from flows.services import free_port
 from flows.optuna_search import SearchRequest, run_search
+from flows.services import free_port
 
 pytestmark = pytest.mark.slow
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
