@@ -4,6 +4,9 @@ The study lives in an RDB storage (``sqlite:///optuna.db`` by default, any SQLAl
 same command again continues it until it holds ``--trials`` finished trials. The best options are
 written to ``study/tuned/<Dataset>_<Backbone>.yaml``; ``--evaluate`` then compares default and tuned
 options on the test nodes of the protocol's runs and writes a report.
+
+``--candidates FILE`` screens named option sets instead (:mod:`simcalib.tuning.screen`): each scored on the
+same labelled-node objective over the tuning runs, rows appended to ``--out`` and skipped when re-run.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def register(sub) -> None:
                     "(calibration folds of the tuning runs), never test nodes. Re-running continues the same study.")
     tune.add_argument("--dataset", required=True, help=f"one of: {', '.join(dataset_names())}")
     tune.add_argument("--backbone", required=True, help="GCN or GAT")
-    tune.add_argument("--calibrator", required=True, help=f"one of: {', '.join(calibrator_names())}")
+    tune.add_argument("--calibrator", default=None, help=f"one of: {', '.join(calibrator_names())}")
     tune.add_argument("--trials", type=int, default=30,
                       help="finished trials the study should hold (default 30); a re-run only runs the missing ones")
     runs = tune.add_argument_group("tuning runs (labelled nodes of these runs score each trial)")
@@ -51,6 +54,11 @@ def register(sub) -> None:
     search.add_argument("--no-prune", action="store_true", help="never stop a trial early (median pruner otherwise)")
     search.add_argument("--timeout", type=float, default=None, help="stop starting trials after this many seconds")
     search.add_argument("--worker", type=int, default=0, help="worker index, distinct per process sharing one study")
+    screen = tune.add_argument_group("screen named option sets instead of a search (no Optuna)")
+    screen.add_argument("--candidates", default=None, metavar="YAML",
+                        help="name -> {calibrator: NAME, options: {...}}: score each on the tuning runs' labelled nodes")
+    screen.add_argument("--out", default=None,
+                        help="screen rows, a CSV appended to and resumed (default: results/tuning/<dataset>_<backbone>_screen.csv)")
     store = tune.add_argument_group("storage and tracking")
     store.add_argument("--storage", default=None,
                        help=f"SQLAlchemy URL of the Optuna storage (default: $SIMCALIB_OPTUNA_STORAGE or {DEFAULT_OPTUNA_STORAGE})")
@@ -82,6 +90,49 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from simcalib.errors import ConfigError
+
+    if (args.calibrator is None) == (args.candidates is None):
+        raise ConfigError("give --calibrator (an Optuna search) or --candidates FILE (a screen of named option sets)")
+    if args.candidates is not None:
+        return run_screen(args)
+    if args.out is not None:
+        raise ConfigError("--out is the screen's CSV (with --candidates); a search writes --tuned-dir and --eval-out")
+    return run_search_command(args)
+
+
+def run_screen(args: argparse.Namespace) -> int:
+    import torch
+
+    from simcalib.backbones import backbone_name
+    from simcalib.data import get_spec
+    from simcalib.protocol import make_runs
+    from simcalib.tuning import ObjectiveSettings, tuning_order
+    from simcalib.tuning.screen import read_candidates, screen, summarise_screen
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dataset, backbone = get_spec(args.dataset).name, backbone_name(args.backbone)
+    candidates = read_candidates(args.candidates)  # validated before any backbone trains
+    settings = protocol_settings(args)
+    runs = tuning_order(make_runs(dataset, backbone, args.splits, args.inits, args.folds))
+    out = Path(args.out or f"results/tuning/{dataset}_{backbone}_screen.csv".lower())
+    report = lambda row: print(f"{row['candidate']:>24} {row['run']}: ece {row['ece']:.3f}  nll {row['nll']:.4f}",  # noqa: E731
+                               flush=True)
+    with sigterm_as_interrupt():
+        try:
+            rows = screen(candidates, runs, settings, out, ObjectiveSettings(args.objective, args.evaluation), report)
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: finished rows are in {out}; the same command continues", file=sys.stderr)
+            return 130
+    mine = rows[rows["candidate"].isin([c.name for c in candidates]) & rows["run"].isin([r.tag() for r in runs])]
+    summary = summarise_screen(mine, metric=args.objective)
+    print(summary.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(f"\nrows: {out}")
+    return 0
+
+
+def run_search_command(args: argparse.Namespace) -> int:
     import logging
 
     import optuna

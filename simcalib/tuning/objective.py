@@ -112,7 +112,8 @@ class CalibrationObjective:
     """
 
     def __init__(self, calibrator: str, runs: Sequence[Run], settings: ProtocolSettings,
-                 objective: ObjectiveSettings | None = None, device: str | None = None):
+                 objective: ObjectiveSettings | None = None, device: str | None = None,
+                 graphs: dict[Run, CalibrationGraph] | None = None):
         if not runs:
             raise ConfigError("the objective needs at least one run")
         self.calibrator = canonical_calibrator(calibrator)
@@ -121,7 +122,8 @@ class CalibrationObjective:
         self.objective = objective or ObjectiveSettings()
         self.device = torch.device(device or ("cuda" if settings.device == "auto" and torch.cuda.is_available()
                                               else "cpu" if settings.device == "auto" else settings.device))
-        self._graphs: dict[Run, CalibrationGraph] = {}
+        # calibration graphs by run; objectives of several calibrators on the same runs may share one dict
+        self._graphs: dict[Run, CalibrationGraph] = {} if graphs is None else graphs
 
     def graph(self, run: Run) -> CalibrationGraph:
         if run not in self._graphs:

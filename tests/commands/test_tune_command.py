@@ -102,3 +102,28 @@ def test_a_count_of_zero_is_refused_with_the_way_to_name_index_zero(capsys):
     with pytest.raises(SystemExit):
         main(["tune", "--dataset", "Cora", "--backbone", "GCN", "--calibrator", "TS", "--splits", "0"])
     assert "a count must be at least 1" in capsys.readouterr().err
+
+
+def test_candidates_screen_named_option_sets_and_a_second_call_adds_nothing(tiny_protocol, tmp_path, capsys):
+    candidates = tmp_path / "candidates.yaml"
+    candidates.write_text("slow: {calibrator: TS, options: {lr: 0.005, max_epochs: 40, patience: 10}}\n"
+                          "fast: {calibrator: ts, options: {lr: 0.05, max_epochs: 40, patience: 10}}\n")
+    out = tmp_path / "screen.csv"
+    args = ["tune", "--dataset", "cora", "--backbone", "gcn", "--candidates", str(candidates), "--out", str(out),
+            "--splits", "1", "--folds", "=0", "--cache-dir", tiny_protocol.cache_dir, "--splits-dir",
+            tiny_protocol.splits_dir, "--data-mirror", tiny_protocol.mirror, "--max-epochs", "20", "--threads", "1"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "slow" in printed and "fast" in printed and f"rows: {out}" in printed
+    rows = pd.read_csv(out)
+    assert sorted(rows["candidate"]) == ["fast", "slow"] and set(rows["run"]) == {"Cora_GCN_s0_i0_f0"}
+    assert main(args) == 0 and len(pd.read_csv(out)) == 2  # resumed: nothing recomputed or duplicated
+
+
+def test_a_search_or_a_screen_not_both(tiny_protocol, tmp_path, capsys):
+    base = ["tune", "--dataset", "cora", "--backbone", "gcn"]
+    assert main(base) == 2
+    assert "give --calibrator (an Optuna search) or --candidates FILE" in capsys.readouterr().err
+    assert main([*base, "--calibrator", "ts", "--candidates", str(tmp_path / "c.yaml")]) == 2
+    assert main([*base, "--candidates", str(tmp_path / "none.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
