@@ -278,7 +278,8 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
         "bootstrap intervals of both (whole splits resampled); numbers in figures/cost_ece_vs_fit_time.csv. Fit "
         "time: wall-clock seconds of the calibrator's fit on one torch thread as each row records it (a fit shared "
         "by a split's runs counts its time divided by the runs), on the machine and load of its pass "
-        "(provenance.yaml); UnCal fits nothing (its time is the call's own).",
+        "(provenance.yaml). UnCal, which fits nothing, is left out (its ECE is in Table 1, its time in the table "
+        "of fit times and the CSV).",
         figs.cost_figure(cost) if len(cost) else None, "not available: no row has a fit time")
     if len(cost):
         folder.mkdir(parents=True, exist_ok=True)

@@ -395,9 +395,13 @@ def cost_frame(rows: pd.DataFrame, methods: Sequence[str] = EXTRA_METHODS) -> pd
     return pd.DataFrame(records)
 
 
-def cost_figure(frame: pd.DataFrame, methods: Sequence[str] = EXTRA_METHODS) -> Figure | None:
+COST_FIGURE_METHODS = tuple(m for m in EXTRA_METHODS if m != "UnCal")  # UnCal fits nothing: no cost to show
+
+
+def cost_figure(frame: pd.DataFrame, methods: Sequence[str] = COST_FIGURE_METHODS) -> Figure | None:
     """Mean ECE against median fit time (log axis), one point per calibrator, one panel per benchmark; lines:
     the 95% intervals of both. None without rows (:func:`cost_frame`)."""
+    frame = frame[frame["calibrator"].isin(methods)] if len(frame) else frame
     if frame.empty:
         return None
     benchmarks = sorted_benchmarks(zip(frame["dataset"], frame["backbone"]))

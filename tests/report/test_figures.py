@@ -140,3 +140,6 @@ def test_cost_points_are_the_median_fit_time_and_mean_ece_with_their_intervals()
     assert (frame.at["GATS", "ece_ci_low"], frame.at["GATS", "ece_ci_high"]) == pytest.approx((2.0, 3.0))
     figure = figures.cost_figure(frame.reset_index())
     assert figure.axes[0].get_xscale() == "log" and figure.axes[0].get_title() == "Cora GCN (6 runs)"
+    assert len(figure.axes[0].get_lines()) == 2 * 3  # TS and GATS: a point and two interval lines each
+    uncal_only = pd.DataFrame([{**frame.reset_index().iloc[0].to_dict(), "calibrator": "UnCal"}])
+    assert figures.cost_figure(uncal_only) is None  # UnCal fits nothing: not drawn against cost
