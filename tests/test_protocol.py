@@ -166,7 +166,7 @@ def test_a_results_file_from_before_the_estimator_columns_reads_them_as_missing_
     assert summary["ece_mean"].tolist() == [1] and summary[[f"{m}_mean" for m in ESTIMATOR_NAMES]].isna().all(None)
     append_rows(path, [{**{c: 2 for c in old_columns}, **{m: 0.5 for m in ESTIMATOR_NAMES}}])
     both = pd.read_csv(path)
-    assert list(both.columns) == RESULT_COLUMNS  # widened at the end, where a new file has them
+    assert list(both.columns) == RESULT_COLUMNS  # widened at the end, where a file written with them has them
     assert both.loc[0, list(ESTIMATOR_NAMES)].isna().all() and (both.loc[1, list(ESTIMATOR_NAMES)] == 0.5).all()
 
 

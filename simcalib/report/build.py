@@ -359,7 +359,7 @@ def _benchmarks_with(rows: pd.DataFrame, metric: str) -> list[tuple[str, str]]:
 
 
 def estimator_coverage(rows: pd.DataFrame) -> Paragraph:
-    """Which rows and benchmarks carry each estimator added after the binned metrics (rows written before its
+    """Which rows and benchmarks carry each estimator of :data:`ESTIMATOR_NAMES` (rows written before its
     column lack it: missing, not zero)."""
     parts = []
     for metric in ESTIMATOR_NAMES:
