@@ -209,3 +209,19 @@ def test_a_paper_table_with_no_cell_run_names_the_papers_datasets_and_our_rows_o
     assert "are on CoraFull, none of which has results here: our rows in the table above" in table2
     assert "are on CoraFull, none of which has results here." in table4  # no w sweep ran: no rows of ours
     assert "our rows in the table above" not in table4[:table4.index("| Dataset")]
+
+
+def test_the_estimator_tables_hold_the_rows_that_have_them_and_name_the_benchmarks(tmp_path):
+    write_benchmark(tmp_path / "results" / "Cora_GCN", "Cora", "GCN", ["UnCal", "GATS", "SimCalib"], folds=(0,),
+                    predictions=False, estimators=True)
+    write_benchmark(tmp_path / "results" / "Photo_GAT", "Photo", "GAT", ["UnCal", "GATS"], folds=(0,), seed=3,
+                    predictions=False)  # rows without the estimator columns
+    out = build_report(tmp_path / "results", tmp_path / "report", tmp_path / "no_paper", theory_reps=20,
+                       theory_grid=SMALL_THEORY)
+    md = out.report_md.read_text()
+    assert "degree-binned ECE (`degree_ece`) in 6 of 10 rows, benchmarks: Cora GCN" in md
+    degree = pd.read_csv(out.folder / "tables" / "metric_degree_ece.csv")
+    assert list(degree["dataset"]) == ["Cora"] and degree["GATS_runs"].tolist() == [2]
+    assert degree["GATS_ci_low"].notna().all()  # two splits: an interval
+    signed = (out.folder / "tables" / "metric_signed_ce.md").read_text()
+    assert "| Cora | GCN | 2 |" in signed and "Photo" not in signed
