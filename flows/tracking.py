@@ -232,8 +232,11 @@ class StudyTracker:
                                        run_name=f"{record.name}-{calibrator}").info.run_id
         rows = record.results[record.results["calibrator"] == calibrator].sort_values(["split", "init", "fold"])
         metrics = [("runs", float(len(rows)))]
-        metrics += [(f"{m}_{stat}", float(summary[f"{m}_{stat}"])) for m in METRIC_NAMES for stat in ("mean", "std")]
-        steps = [(m, float(value), step) for m in METRIC_NAMES for step, value in enumerate(rows[m])]
+        # a metric the rows lack (written before its column) is not logged, rather than logged as NaN
+        metrics += [(f"{m}_{stat}", float(summary[f"{m}_{stat}"])) for m in METRIC_NAMES for stat in ("mean", "std")
+                    if np.isfinite(summary.get(f"{m}_{stat}", np.nan))]
+        steps = [(m, float(value), step) for m in METRIC_NAMES if m in rows
+                 for step, value in enumerate(rows[m]) if np.isfinite(value)]
         params = {"calibrator": calibrator, **record.calibrator_params.get(calibrator, {})}
         self._batch(child, params=params, metrics=metrics, steps=steps)
         with tempfile.TemporaryDirectory(prefix="simcalib-mlflow-") as folder:

@@ -10,6 +10,11 @@ ECE (Guo et al. 2017; the paper's Eq. for ECE, GATS's binning):
     ECE = sum_m |B_m| / N * |acc(B_m) - conf(B_m)|,   B_m = {i : (m-1)/M < c_i <= m/M},  M = 15,
 
 with c_i the top-1 confidence; a confidence of exactly 1 lies in the last bin.
+
+Beside it, estimators of other quantities or with other biases (:data:`ESTIMATOR_NAMES`, defined in their
+functions): smooth ECE (:func:`smooth_ece`), the debiased top-label L2 calibration error
+(:func:`debiased_ce`), the signed calibration error (:func:`signed_ce`) and the degree-binned ECE of the GETS
+and WATS code (:func:`degree_ece`), which bins nodes by degree, not by confidence.
 """
 
 from __future__ import annotations
@@ -20,8 +25,13 @@ import numpy as np
 import torch
 
 N_BINS = 15
-METRIC_NAMES = ("ece", "ace", "mce", "classwise_ece", "kde_ece", "nll", "brier", "accuracy")
-PERCENT_METRICS = ("ece", "ace", "mce", "classwise_ece", "kde_ece", "accuracy")
+DEGREE_BINS = 10  # the GETS and WATS configs' num_bin
+# Every results file has these columns.
+BASE_METRIC_NAMES = ("ece", "ace", "mce", "classwise_ece", "kde_ece", "nll", "brier", "accuracy")
+# Columns a results file written before them lacks: such rows read them as missing (NaN), never as zero.
+ESTIMATOR_NAMES = ("smece", "debiased_ce", "signed_ce", "degree_ece")
+METRIC_NAMES = BASE_METRIC_NAMES + ESTIMATOR_NAMES
+PERCENT_METRICS = ("ece", "ace", "mce", "classwise_ece", "kde_ece", "accuracy", *ESTIMATOR_NAMES)
 
 
 def _as_numpy(probs, labels) -> tuple[np.ndarray, np.ndarray]:
@@ -183,8 +193,89 @@ def accuracy(probs, labels) -> float:
     return float((probs.argmax(1) == labels).mean())
 
 
-def compute_metrics(probs, labels, n_bins: int = N_BINS) -> dict[str, float]:
-    """Every metric of the results table; ECE-type metrics and accuracy in percent."""
+def _top_label(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(top-1 confidence, 1.0 where the top-1 class is the label) of every node."""
+    return probs.max(1), (probs.argmax(1) == labels).astype(np.float64)
+
+
+def smooth_ece(probs, labels) -> float:
+    """Smooth ECE (Blasiok & Nakkiran 2023, "Smooth ECE: principled reliability diagrams via kernel
+    smoothing") of the top-1 confidence against correctness, by ``relplot.smECE`` (fraction).
+
+    The residuals c_i - 1[correct_i] are smoothed with a Gaussian kernel reflected at 0 and 1, and
+    smECE_sigma = integral |r_sigma(t)| delta_sigma(t) dt over the smoothed density delta_sigma; the bandwidth
+    is the fixed point sigma* = smECE_sigma* (found by bisection), so no bin count is chosen.
+    """
+    from relplot.metrics import smECE  # relplot imports pyplot: loaded only when this runs
+
+    probs, labels = _as_numpy(probs, labels)
+    conf, correct = _top_label(probs, labels)
+    return float(smECE(conf, correct))
+
+
+def debiased_ce(probs, labels, n_bins: int = N_BINS) -> float:
+    """Debiased top-label L2 calibration error of Kumar, Liang & Ma 2019 ("Verified uncertainty calibration"),
+    by the ``calibration`` package (uncertainty-calibration), as a fraction.
+
+    ``calibration.lower_bound_scaling_ce(probs, labels, p=2, debias=True, num_bins=n_bins,
+    binning_scheme=get_equal_bins, mode="top-label")``: ``n_bins`` equal-mass bins of the top-1 confidence,
+    and in each bin b with n_b >= 2 nodes the plug-in squared gap corrected for the variance of the bin's
+    accuracy,
+
+        CE^2 = sum_b n_b / N * ((conf_b - acc_b)^2 - acc_b (1 - acc_b) / (n_b - 1)),   CE = sqrt(max(CE^2, 0)),
+
+    (bins of one node count 0). This is what ``calibration.get_calibration_error(probs, labels, p=2,
+    debias=True, mode="top-label")`` computes for continuous probabilities; called directly so that its
+    discreteness heuristic never switches the binning, and p = 2 because the package's p = 1 correction
+    draws random normal samples.
+    """
+    from calibration import get_equal_bins, lower_bound_scaling_ce
+
+    probs, labels = _as_numpy(probs, labels)
+    return float(lower_bound_scaling_ce(probs, labels, p=2, debias=True, num_bins=n_bins,
+                                        binning_scheme=get_equal_bins, mode="top-label"))
+
+
+def signed_ce(probs, labels) -> float:
+    """Signed calibration error: mean top-1 confidence minus accuracy (fraction). Positive: over-confident,
+    negative: under-confident. Errors of opposite sign cancel, so it is a direction, not a size."""
+    probs, labels = _as_numpy(probs, labels)
+    conf, correct = _top_label(probs, labels)
+    return float(conf.mean() - correct.mean())
+
+
+def degree_bin_index(degree, n_bins: int = DEGREE_BINS) -> np.ndarray:
+    """Degree bin of each node: the nodes sorted by degree (ties in their given order) and cut into bins of
+    ceil(N / n_bins) consecutive nodes (the last one smaller; fewer bins when N is not a multiple)."""
+    degree = np.asarray(degree, dtype=np.float64)
+    rank = np.empty(len(degree), dtype=np.int64)
+    rank[np.argsort(degree, kind="stable")] = np.arange(len(degree))
+    return rank // max(int(np.ceil(len(degree) / n_bins)), 1)
+
+
+def degree_ece(probs, labels, degree, n_bins: int = DEGREE_BINS) -> float:
+    """Degree-binned ECE as the GETS and WATS code report it (its ``_get_diff``), a fraction. **Not the ECE**:
+    nodes are grouped by degree, not by confidence.
+
+        degree-ECE = sum_b |B_b| / N * |acc(B_b) - conf(B_b)|,
+
+    B_b the b-th group of :func:`degree_bin_index` (``n_bins`` = 10 equal-count groups of the nodes sorted by
+    in-degree), acc and conf the accuracy and mean top-1 confidence of the group. Miscalibration in opposite
+    directions within a degree group cancels; a model can have degree-ECE 0 and a large ECE.
+    """
+    probs, labels = _as_numpy(probs, labels)
+    degree = np.asarray(degree.detach().cpu().numpy() if isinstance(degree, torch.Tensor) else degree)
+    if degree.shape != labels.shape:
+        raise ValueError(f"expected degree [N] = {labels.shape}, got {degree.shape}")
+    conf, correct = _top_label(probs, labels)
+    idx = degree_bin_index(degree, n_bins)
+    gaps, count = _binned_gaps(conf, correct, idx, int(idx.max()) + 1 if len(idx) else 1)
+    return float((gaps * count).sum() / len(labels))
+
+
+def compute_metrics(probs, labels, n_bins: int = N_BINS, degree=None) -> dict[str, float]:
+    """Every metric of the results table (:data:`METRIC_NAMES`); ECE-type metrics and accuracy in percent.
+    ``degree``: each node's degree (for :func:`degree_ece`; NaN without it)."""
     probs, labels = _as_numpy(probs, labels)
     if not np.isfinite(probs).all():
         raise ValueError("probabilities contain NaN or infinite values")
@@ -197,5 +288,9 @@ def compute_metrics(probs, labels, n_bins: int = N_BINS) -> dict[str, float]:
         "nll": nll(probs, labels),
         "brier": brier(probs, labels),
         "accuracy": accuracy(probs, labels),
+        "smece": smooth_ece(probs, labels),
+        "debiased_ce": debiased_ce(probs, labels, n_bins),
+        "signed_ce": signed_ce(probs, labels),
+        "degree_ece": float("nan") if degree is None else degree_ece(probs, labels, degree),
     }
     return {k: (100.0 * v if k in PERCENT_METRICS else v) for k, v in values.items()}

@@ -351,7 +351,8 @@ def evaluate_calibrator(
     audit = {column: None for column in AUDIT_COLUMNS} | model.audit(cg, torch.from_numpy(test_idx).to(cg.device))
     y_test = load_graph(run.dataset, settings).y[test_idx]
     test_probs = probs[test_idx]
-    metrics = compute_metrics(test_probs, y_test)
+    test_degree = cg.degree()[torch.from_numpy(test_idx).to(cg.device)].cpu()  # in-degree: for degree_ece
+    metrics = compute_metrics(test_probs, y_test, degree=test_degree)
     figure_bins = None
     if predictions_dir is not None or name in FIGURE_CALIBRATORS:
         # the feature-similarity figure's x axis; prototypes from the training folds, as SimCalib's default

@@ -20,7 +20,7 @@ import pandas as pd
 
 from simcalib.errors import ConfigError
 from simcalib.integrity import DEFINITION_COLUMNS, check_append, check_results, write_error
-from simcalib.metrics import METRIC_NAMES
+from simcalib.metrics import BASE_METRIC_NAMES, ESTIMATOR_NAMES, METRIC_NAMES
 
 KEY_COLUMNS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
 # What a fitted calibrator reports of itself (Calibrator.audit): SimCalib's chosen grid point and the mean and
@@ -33,8 +33,10 @@ AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_s
 # calibrators those figures show; empty for the others and in rows written before it existed.
 # DEFINITION_COLUMNS: the split and processed graph the run was computed on (simcalib.integrity); empty
 # (unknown) in rows written before they existed.
-RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *METRIC_NAMES, "fit_seconds", "label_rate", *AUDIT_COLUMNS,
-                  "backbone_digest", "figure_bins", *DEFINITION_COLUMNS]
+# ESTIMATOR_NAMES (simcalib.metrics): estimators beside the binned metrics, last, where appending a row to a
+# file written before them puts them (append_rows widens its header); such rows read them as missing (NaN).
+RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *BASE_METRIC_NAMES, "fit_seconds", "label_rate", *AUDIT_COLUMNS,
+                  "backbone_digest", "figure_bins", *DEFINITION_COLUMNS, *ESTIMATOR_NAMES]
 
 
 def _complete_length(data: bytes) -> int:
@@ -177,7 +179,9 @@ def check_results_file(path: Path, planned: Sequence[dict]) -> pd.DataFrame:
 
 
 def summarize(results: pd.DataFrame, metrics: Sequence[str] = METRIC_NAMES) -> pd.DataFrame:
-    """Mean and population std (ddof=0, as the GATS code) of every metric per benchmark and calibrator."""
+    """Mean and population std (ddof=0, as the GATS code) of every metric per benchmark and calibrator; a
+    metric the rows do not have (a file written before its column) is NaN, as are runs without it."""
+    results = results.assign(**{m: np.nan for m in metrics if m not in results.columns})
     groups = results.groupby(["dataset", "backbone", "calibrator"], sort=False)
     summary = groups[list(metrics)].agg(["mean", lambda s: float(np.std(s, ddof=0))])
     summary.columns = [f"{m}_{'mean' if stat == 'mean' else 'std'}" for m, stat in summary.columns]

@@ -45,6 +45,94 @@ def test_ece_matches_torchmetrics():
     assert metrics.mce(p, y) == pytest.approx(float(ref_max), abs=1e-6)
 
 
+def test_ece_matches_torchmetrics_binary_on_top1_confidence_and_correctness():
+    """Top-label ECE is the binary ECE of (top-1 confidence, correct): torchmetrics' binary task, 15 bins, l1."""
+    torchmetrics = pytest.importorskip("torchmetrics")
+    assert metrics.N_BINS == 15
+    for seed in range(3):
+        p, y = random_sample(600, 5, 3.0, seed=seed)
+        y[: 200] = (p[: 200].argmax(1) + 1) % 5  # a third always wrong: overconfident there
+        conf, correct = p.max(1), (p.argmax(1) == y).astype(np.int64)
+        ref = torchmetrics.functional.calibration_error(torch.tensor(conf), torch.tensor(correct), task="binary",
+                                                        n_bins=15, norm="l1")
+        assert metrics.ece(p, y) == pytest.approx(float(ref), abs=1e-6)
+
+
+def test_smooth_ece_is_relplots_smece_of_the_top1_confidence():
+    relplot = pytest.importorskip("relplot")
+    p, y = random_sample(500, 4, 3.0, seed=5)
+    conf, correct = relplot.multiclass_logits_to_confidences(p, y, probs=True)  # relplot's own top-1 reduction
+    assert metrics.smooth_ece(p, y) == pytest.approx(float(relplot.smECE(conf, correct)), abs=1e-12)
+    assert metrics.smooth_ece(p, y) < 0.05  # labels drawn from p: calibrated
+
+
+def test_smooth_ece_of_one_confidence_is_its_gap_to_the_accuracy():
+    # every node at confidence 0.9, 6 of 10 right: the smoothed residual is 0.3 everywhere, so smECE = 0.3
+    p = probs_from([0.9] * 10, [0] * 10)
+    y = np.array([0] * 6 + [1] * 4)
+    assert metrics.smooth_ece(p, y) == pytest.approx(0.3, abs=2e-3)
+    assert metrics.compute_metrics(p, y)["smece"] == pytest.approx(30.0, abs=0.2)
+
+
+def test_debiased_ce_subtracts_each_bins_accuracy_variance_hand_computed():
+    # two equal-mass bins of four nodes: {0.9 x 4, 1 right} and {0.95 x 4, all right}
+    p = probs_from([0.9] * 4 + [0.95] * 4, [0] * 8)
+    y = np.array([0, 1, 1, 1, 0, 0, 0, 0])
+    low = (0.9 - 0.25) ** 2 - 0.25 * 0.75 / 3  # plug-in squared gap minus acc (1 - acc) / (n_b - 1)
+    high = (0.95 - 1.0) ** 2 - 0.0
+    assert metrics.debiased_ce(p, y, n_bins=2) == pytest.approx(np.sqrt(0.5 * low + 0.5 * high), abs=1e-12)
+    plug_in = np.sqrt(0.5 * (0.9 - 0.25) ** 2 + 0.5 * 0.05**2)
+    assert metrics.debiased_ce(p, y, n_bins=2) < plug_in - 0.03  # the correction is there
+    # a negative corrected square is clipped at 0: one bin, 2 of 4 right at confidence 0.55
+    assert metrics.debiased_ce(probs_from([0.55] * 4, [0] * 4), np.array([0, 0, 1, 1]), n_bins=1) == 0.0
+
+
+def test_debiased_ce_is_the_packages_top_label_l2_estimate():
+    calibration = pytest.importorskip("calibration")
+    for seed in range(3):
+        p, y = random_sample(800, 5, 2.5, seed=seed)
+        over = p**2 / (p**2).sum(1, keepdims=True)
+        for probs in (p, over):
+            want = calibration.get_calibration_error(probs, y, p=2, debias=True, mode="top-label")
+            assert metrics.debiased_ce(probs, y) == pytest.approx(want, abs=1e-12)
+
+
+def test_signed_ce_is_mean_confidence_minus_accuracy():
+    p = probs_from([0.9, 0.8, 0.6, 0.7], [0, 1, 0, 2])
+    assert metrics.signed_ce(p, np.array([0, 0, 0, 0])) == pytest.approx(0.75 - 0.5)  # over-confident: positive
+    assert metrics.signed_ce(p, np.array([0, 1, 0, 2])) == pytest.approx(0.75 - 1.0)  # under-confident: negative
+    assert metrics.compute_metrics(p, np.array([0, 1, 0, 2]))["signed_ce"] == pytest.approx(-25.0)
+
+
+def test_degree_ece_bins_nodes_by_degree_not_confidence_hand_computed():
+    p = probs_from([0.9, 0.6, 0.8, 0.7, 0.5], [0, 0, 0, 0, 0])
+    y = np.array([0, 1, 0, 0, 1])  # nodes 0, 2, 3 right
+    degree = np.array([1, 7, 2, 3, 1])  # sorted: nodes 0, 4, 2 (degrees 1, 1, 2) | nodes 3, 1 (3, 7)
+    assert metrics.degree_bin_index(degree, 2).tolist() == [0, 1, 0, 1, 0]  # ceil(5 / 2) = 3 nodes per bin
+    low = abs((0.9 + 0.5 + 0.8) / 3 - 2 / 3)
+    high = abs((0.7 + 0.6) / 2 - 1 / 2)
+    assert metrics.degree_ece(p, y, degree, n_bins=2) == pytest.approx(3 / 5 * low + 2 / 5 * high)
+    # the same two bin sizes by confidence ({0.5, 0.6, 0.7} | {0.8, 0.9}) give another number
+    by_confidence = 3 / 5 * abs(0.6 - 1 / 3) + 2 / 5 * abs(0.85 - 1.0)
+    assert metrics.degree_ece(p, y, degree, n_bins=2) != pytest.approx(by_confidence)
+    # one group of every node: the gap of the means, where the confidence-binned ECE sees each confidence apart
+    assert metrics.degree_ece(p, y, degree, n_bins=1) == pytest.approx(abs(0.7 - 0.6))
+    assert metrics.ece(p, y) != pytest.approx(metrics.degree_ece(p, y, degree, n_bins=1))
+    # ties keep the nodes' order: degrees all equal -> the first three, then the last two
+    assert metrics.degree_bin_index(np.ones(5), 2).tolist() == [0, 0, 0, 1, 1]
+    assert metrics.DEGREE_BINS == 10 and metrics.degree_bin_index(np.arange(25)[::-1]).max() == 8  # 9 bins of 3
+
+
+def test_degree_ece_needs_the_degrees_and_is_nan_without_them():
+    p, y = random_sample(50)
+    degree = np.arange(50) % 7
+    assert np.isnan(metrics.compute_metrics(p, y)["degree_ece"])
+    assert metrics.compute_metrics(p, y, degree=torch.tensor(degree))["degree_ece"] == pytest.approx(
+        100 * metrics.degree_ece(p, y, degree))
+    with pytest.raises(ValueError, match=r"expected degree \[N\]"):
+        metrics.degree_ece(p, y, degree[:49])
+
+
 def test_ace_uses_equal_mass_bins():
     p = probs_from([0.5, 0.6, 0.7, 0.8], [0, 0, 0, 0], k=2)
     y = np.array([0, 1, 0, 0])
@@ -256,11 +344,11 @@ def test_kde_ece_is_the_kernel_estimate_written_out(case):
 
 def test_torch_tensors_and_any_number_types_give_the_float64_numbers():
     p, y = random_sample()
-    want = metrics.compute_metrics(p, y)
-    assert metrics.compute_metrics(torch.tensor(p), torch.tensor(y)) == want
-    assert metrics.compute_metrics(p, y.astype(np.float64)) == want  # labels read from a CSV come as floats
+    want = metrics.compute_metrics(p, y)  # degree_ece NaN (no degrees): assert_equal counts NaN == NaN
+    np.testing.assert_equal(metrics.compute_metrics(torch.tensor(p), torch.tensor(y)), want)
+    np.testing.assert_equal(metrics.compute_metrics(p, y.astype(np.float64)), want)  # labels from a CSV: floats
     p32 = p.astype(np.float32)
-    assert metrics.compute_metrics(p32, y) == metrics.compute_metrics(p32.astype(np.float64), y)  # float64 inside
+    np.testing.assert_equal(metrics.compute_metrics(p32, y), metrics.compute_metrics(p32.astype(np.float64), y))
 
 
 def test_compute_metrics_passes_the_bin_count_on_and_keeps_nll_and_brier_as_they_are():

@@ -4,6 +4,7 @@ import pytest
 
 from simcalib.errors import ConfigError
 from simcalib.integrity import DEFINITION_COLUMNS
+from simcalib.metrics import ESTIMATOR_NAMES
 from simcalib.protocol import (
     BenchmarkRequest,
     ProtocolSettings,
@@ -13,7 +14,7 @@ from simcalib.protocol import (
     make_runs,
     run_benchmark,
 )
-from simcalib.results_store import AUDIT_COLUMNS, RESULT_COLUMNS, append_rows, summarize
+from simcalib.results_store import AUDIT_COLUMNS, RESULT_COLUMNS, append_rows, read_results, summarize
 
 
 @pytest.fixture
@@ -60,7 +61,8 @@ def test_fit_calibrator_fits_the_model_whose_numbers_evaluate_calibrator_reports
 
     import torch
 
-    from simcalib.metrics import compute_metrics
+    from simcalib.graph import in_degree
+    from simcalib.metrics import ESTIMATOR_NAMES, compute_metrics
     from simcalib.protocol import load_graph
 
     run = Run("Cora", "GCN", 0, 0, 1)
@@ -70,10 +72,14 @@ def test_fit_calibrator_fits_the_model_whose_numbers_evaluate_calibrator_reports
     wall = time.perf_counter() - start
     with torch.no_grad():
         probs = fitted.model.predict_proba(fitted.graph).cpu()[fitted.test_idx]
-    metrics = compute_metrics(probs, load_graph("Cora", settings).y[fitted.test_idx])
+    graph = load_graph("Cora", settings)
+    degree = in_degree(graph.edge_index, graph.num_nodes)[fitted.test_idx]  # the test nodes' degrees
+    metrics = compute_metrics(probs, graph.y[fitted.test_idx], degree=degree)
     row = evaluate_calibrator(run, settings, "SimCalib", options)
     assert 0 < fitted.fit_seconds <= wall  # the fit's own duration, within the call that made it
     assert (metrics["ece"], metrics["nll"]) == pytest.approx((row["ece"], row["nll"]), rel=1e-9)
+    for name in ESTIMATOR_NAMES:  # every estimator in the row, degree_ece on the graph's in-degrees
+        assert np.isfinite(row[name]) and row[name] == pytest.approx(metrics[name], rel=1e-9, abs=1e-12), name
     assert fitted.model.fit_info["w"] == row["w"]
 
 
@@ -151,17 +157,29 @@ def test_simcalib_figure_data_carries_its_feature_temperature_per_distance_group
 
 def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_row(tmp_path):
     path = tmp_path / "results.csv"
-    later = ("backbone_digest", "figure_bins", *DEFINITION_COLUMNS)
+    later = ("backbone_digest", "figure_bins", *DEFINITION_COLUMNS, *ESTIMATOR_NAMES)
     old_columns = [c for c in RESULT_COLUMNS if c not in AUDIT_COLUMNS and c not in later]
     old = pd.DataFrame([{c: 1 for c in old_columns}])
     old.to_csv(path, index=False)
     audit = {c: None for c in AUDIT_COLUMNS} | {"w": 0.8, "t": 0.5}  # as evaluate_calibrator writes it
     definition = {"split_digest": "00000000000000aa", "data_digest": "00000000000000bb", "split_source": "generated"}
     append_rows(path, [{**{c: 2 for c in old_columns}, **audit, "backbone_digest": "0123456789abcdef", "figure_bins": None,
-                        **definition}])
+                        **definition, **{m: 0.5 for m in ESTIMATOR_NAMES}}])
     both = pd.read_csv(path)
     assert list(both.columns[:len(RESULT_COLUMNS)]) == RESULT_COLUMNS and len(both) == 2
     assert both["ece"].tolist() == [1, 2] and pd.isna(both.loc[0, "w"]) and both.loc[1, "w"] == 0.8
+
+
+def test_a_results_file_from_before_the_estimator_columns_reads_them_as_missing_never_as_zero(tmp_path):
+    path = tmp_path / "results.csv"
+    old_columns = [c for c in RESULT_COLUMNS if c not in ESTIMATOR_NAMES]
+    pd.DataFrame([{c: 1 for c in old_columns}]).to_csv(path, index=False)
+    summary = summarize(read_results(path))
+    assert summary["ece_mean"].tolist() == [1] and summary[[f"{m}_mean" for m in ESTIMATOR_NAMES]].isna().all(None)
+    append_rows(path, [{**{c: 2 for c in old_columns}, **{m: 0.5 for m in ESTIMATOR_NAMES}}])
+    both = pd.read_csv(path)
+    assert list(both.columns) == RESULT_COLUMNS  # widened at the end, where a file written with them has them
+    assert both.loc[0, list(ESTIMATOR_NAMES)].isna().all() and (both.loc[1, list(ESTIMATOR_NAMES)] == 0.5).all()
 
 
 def test_saved_predictions_carry_the_feature_distance_the_similarity_figure_groups_by(settings, tmp_path):

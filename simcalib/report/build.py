@@ -21,9 +21,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import simcalib.report.bootstrap as bootstrap
 import simcalib.report.figures as figs
 import simcalib.report.stats as stats
 import simcalib.report.theory as theory
+from simcalib.metrics import ESTIMATOR_NAMES
 from simcalib.report.grid import grid_choices, grid_choices_grid
 from simcalib.report.paper import PaperTables, load_paper_tables
 from simcalib.report.render import (
@@ -39,8 +41,10 @@ from simcalib.report.render import (
 from simcalib.report.results import StudyResults, load_study_results, select_splits
 from simcalib.report.tables import (
     ABLATION_METHODS,
+    CI_LABEL,
     EXTRA_CALIBRATORS,
     MAIN_METHODS,
+    NOT_RECORDED,
     NOT_RUN,
     TABLE_SPECS,
     ComparisonTable,
@@ -126,7 +130,9 @@ def write_tables(tables: TableSet, out_dir: Path) -> list[Path]:
                     (folder / f"{stem}{suffix}").unlink(missing_ok=True)
     paths = []
     for table in tables.results:
-        paths += write_table(table, folder, table.spec.key, table.spec.title + ", mean ± std over runs")
+        summary = ("median over runs" if table.spec.statistic == "median" else "mean ± std over runs")
+        paths += write_table(table, folder, table.spec.key, f"{table.spec.title}, {summary}; under each benchmark "
+                             f"the 95% bootstrap interval of the {table.spec.statistic} (whole splits resampled)")
         if table.spec.key in tables.comparisons:
             paths += write_table(tables.comparisons[table.spec.key], folder, f"{table.spec.key}_vs_paper",
                                  f"{table.spec.title}: ours vs paper (difference in paper standard deviations)")
@@ -216,24 +222,39 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
     bins = figs.figure_bins_frame(study.main_predictions(), study.main_rows())
     entries = []
 
-    def add(stem: str, title: str, caption: str, fig, note: str) -> None:
+    def add(stem: str, title: str, caption: str, fig, note: str, kept_caption: str | None = None) -> None:
+        """``kept_caption``: the caption of a figure kept from an earlier rendering, when the present one
+        describes marks that rendering did not draw."""
         if stem in pinned and (folder / f"{stem}.png").is_file():
             fig = None  # the earlier rendering wins (see ``pinned``)
         if fig is not None:
             entries.append(FigureEntry(stem, title, caption, figs.save_figure(fig, folder, stem)))
         elif keep_existing and (folder / f"{stem}.png").is_file():
             kept = [p for p in (folder / f"{stem}.png", folder / f"{stem}.pdf") if p.is_file()]
-            entries.append(FigureEntry(stem, title, caption + KEPT_FIGURE, kept))
+            entries.append(FigureEntry(stem, title, (kept_caption or caption) + KEPT_FIGURE, kept))
         else:
             entries.append(FigureEntry(stem, title, caption, [], note))
 
     no_predictions = ("not available: no saved predictions and no `figure_bins` in the results rows (rows written "
                       "before that column existed; rerun the runs, or `simcalib benchmark ... --save-predictions`)")
-    add("reliability_uncal_vs_simcalib", "Reliability diagrams",
+    smooth = figs.smooth_curves(study.main_predictions())
+    smooth_benchmarks = sorted_benchmarks({b for b, _ in smooth})
+    smooth_note = (("Orange: the smooth reliability curve (relplot's kernel at smooth ECE's bandwidth, Blasiok & "
+                    "Nakkiran 2023) of the saved test predictions, on " + ", ".join(f"{d} {b}" for d, b in
+                                                                                    smooth_benchmarks) + "; ")
+                   if smooth else "No smooth reliability curve: ")
+    smooth_note += ("`figure_bins` keeps per-bin sums only, and a smooth curve needs each node's prediction, "
+                    "so it is drawn only where saved test predictions exist"
+                    + (" (none here)." if not smooth else "."))
+    reliability_caption = (
         "Reliability diagrams of UnCal and SimCalib per benchmark (test nodes pooled over the runs whose rows carry "
         "figure data, counted in each title; rows of passes older than that column have it only where a "
-        "recomputation reproduced them, see docs/decisions.md).",
-        figs.reliability_grid(bins), no_predictions)
+        "recomputation reproduced them, see docs/decisions.md).")
+    add("reliability_uncal_vs_simcalib", "Reliability diagrams",
+        reliability_caption + " Black lines: each bin's 95% bootstrap interval of the pooled accuracy over runs "
+        "(correct nodes over nodes of the drawn runs, whole splits resampled, from each run's `figure_bins`; none "
+        "where fewer than two runs have nodes in the bin). " + smooth_note,
+        figs.reliability_grid(bins, smooth=smooth), no_predictions, kept_caption=reliability_caption)
     add("confidence_distributions", "Confidence distributions",
         "Top-1 confidence of the test nodes, UnCal and SimCalib per benchmark.",
         figs.confidence_grid(bins), no_predictions)
@@ -253,6 +274,18 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
     if summary is not None:
         folder.mkdir(parents=True, exist_ok=True)
         summary.to_csv(folder / "feature_similarity_groups.csv", index=False, float_format="%.6g")
+    cost = figs.cost_frame(study.main_rows())
+    add("cost_ece_vs_fit_time", "Calibration against cost",
+        "Mean test ECE against median fit time per calibrator (log axis), one panel per benchmark; lines: the 95% "
+        "bootstrap intervals of both (whole splits resampled); numbers in figures/cost_ece_vs_fit_time.csv. Fit "
+        "time: wall-clock seconds of the calibrator's fit on one torch thread as each row records it (a fit shared "
+        "by a split's runs counts its time divided by the runs), on the machine and load of its pass "
+        "(provenance.yaml). UnCal, which fits nothing, is left out (its ECE is in Table 1, its time in the table "
+        "of fit times and the CSV).",
+        figs.cost_figure(cost) if len(cost) else None, "not available: no row has a fit time")
+    if len(cost):
+        folder.mkdir(parents=True, exist_ok=True)
+        cost.to_csv(folder / "cost_ece_vs_fit_time.csv", index=False, float_format="%.6g")
     return FigureSet(entries, summary)
 
 
@@ -297,12 +330,14 @@ def overview_blocks(study: StudyResults, paper: PaperTables, title: str, regener
         main = study.main_rows()
         runs = main.groupby(["dataset", "backbone"])[["split", "init", "fold"]].apply(
             lambda g: len(g.drop_duplicates()))
+        splits = main.groupby(["dataset", "backbone"])["split"].nunique()
         calibrators = main.groupby(["dataset", "backbone"])["calibrator"].apply(lambda c: ", ".join(sorted(set(c))))
-        body = [[d, b, calibrators[(d, b)], str(int(runs[(d, b)])), "yes" if runs[(d, b)] >= FULL_RUNS else "no"]
-                for d, b in sorted_benchmarks(runs.index)]
+        body = [[d, b, calibrators[(d, b)], str(int(runs[(d, b)])), str(int(splits[(d, b)])),
+                 "yes" if runs[(d, b)] >= FULL_RUNS else "no"] for d, b in sorted_benchmarks(runs.index)]
         blocks += [Paragraph(f"Tables 1-4 use the runs at label rate {_pct(study.main_label_rate or math.nan)}; "
                              "runs at other label rates enter the data-efficiency figure only."),
-                   table_block(["Dataset", "Backbone", "Calibrators", "Runs", f"Full {FULL_RUNS}"], body, 3)]
+                   table_block(["Dataset", "Backbone", "Calibrators", "Runs", "Splits", f"Full {FULL_RUNS}"], body, 3),
+                   estimator_coverage(main)]
         rates = sorted(rows["label_rate"].dropna().unique())
         if len(rates) > 1:
             blocks.append(Paragraph("Label rates present: " + ", ".join(_pct(r) for r in rates) + "."))
@@ -312,20 +347,108 @@ def overview_blocks(study: StudyResults, paper: PaperTables, title: str, regener
     return blocks
 
 
+ESTIMATOR_LABELS = {
+    "smece": "smooth ECE (`smece`)", "debiased_ce": "debiased CE (`debiased_ce`)",
+    "signed_ce": "signed CE (`signed_ce`)", "degree_ece": "degree-binned ECE (`degree_ece`)",
+}
+
+
+def _benchmarks_with(rows: pd.DataFrame, metric: str) -> list[tuple[str, str]]:
+    if metric not in rows.columns or rows.empty:
+        return []
+    values = pd.to_numeric(rows[metric], errors="coerce")
+    return sorted_benchmarks(zip(rows.loc[values.notna(), "dataset"], rows.loc[values.notna(), "backbone"]))
+
+
+def estimator_coverage(rows: pd.DataFrame) -> Paragraph:
+    """Which rows and benchmarks carry each estimator of :data:`ESTIMATOR_NAMES` (rows written before its
+    column lack it: missing, not zero)."""
+    parts = []
+    for metric in ESTIMATOR_NAMES:
+        values = pd.to_numeric(rows[metric], errors="coerce") if metric in rows.columns else pd.Series(dtype=float)
+        have = _benchmarks_with(rows, metric)
+        parts.append(f"{ESTIMATOR_LABELS[metric]} in {int(values.notna().sum())} of {len(rows)} rows, benchmarks: "
+                     + (", ".join(f"{d} {b}" for d, b in have) if have else "none"))
+    return Paragraph("**Estimators beside the binned metrics** (computed for each run from its test predictions; "
+                     "rows written before their columns lack them, and their tables show them as missing, never "
+                     "as 0): " + "; ".join(parts) + ".")
+
+
 def _table_or_note(table: ResultTable | ComparisonTable) -> Block:
     if table.empty:
-        return Paragraph(f"_{NOT_RUN}: no results for this table._")
+        return Paragraph(table.empty_note() if isinstance(table, ResultTable) else f"_{NOT_RUN}: no results for this table._")
     return table_block(*table.grid(), numeric_from=2)
 
 
-def table_blocks(tables: TableSet) -> list[Block]:
+ESTIMATOR_DEFINITIONS = {
+    "smece": "Smooth ECE (Blasiok & Nakkiran 2023), relplot's `smECE` of the top-1 confidence against "
+             "correctness: the residuals smoothed by a reflected Gaussian kernel whose bandwidth is its own fixed "
+             "point, so no bins are chosen.",
+    "debiased_ce": "Kumar et al. (2019)'s debiased top-label L2 calibration error, `calibration.lower_bound_scaling_ce"
+                   "(p=2, debias=True, mode='top-label')` with 15 equal-mass bins: each bin's squared gap minus the "
+                   "variance of its accuracy, square root of the clipped sum. An L2 error: not on the ECE's scale.",
+    "signed_ce": "Mean top-1 confidence minus accuracy: positive when over-confident, negative when under-confident; "
+                 "errors of both signs cancel.",
+    "degree_ece": "The number the GETS and WATS code report as ECE: the test nodes sorted by degree and cut into 10 "
+                  "equal-count bins, |accuracy - mean confidence| per bin weighted by its share of nodes. It groups "
+                  "nodes by degree, not confidence, so it is a different metric from the ECE above.",
+}
+
+
+def split_evidence(rows: pd.DataFrame, methods=MAIN_METHODS, metric: str = "ece") -> dict:
+    """Over the Table 1 cells (benchmark x calibrator) with runs from two or more splits: how many, the median
+    share of the run-to-run variance between splits (:func:`bootstrap.split_icc`), and the median width of
+    the interval resampling splits over the one resampling runs one by one."""
+    iccs, ratios = [], []
+    chosen = rows[rows["calibrator"].isin(methods)] if len(rows) else rows
+    for _, group in (chosen.groupby(["dataset", "backbone", "calibrator"]) if len(chosen) else []):
+        values = pd.to_numeric(group[metric], errors="coerce").to_numpy(dtype=np.float64)
+        splits = group["split"].to_numpy()
+        if len(set(splits)) < 2 or len(values) <= len(set(splits)):
+            continue
+        by_split, by_run = bootstrap.mean_interval(values, splits), bootstrap.mean_interval(values)
+        if by_split is None or by_run is None or by_run.high <= by_run.low:
+            continue
+        iccs.append(bootstrap.split_icc(values, splits))
+        ratios.append((by_split.high - by_split.low) / (by_run.high - by_run.low))
+    return {"cells": len(iccs), "icc": float(np.nanmedian(iccs)) if iccs else math.nan,
+            "width_ratio": float(np.median(ratios)) if ratios else math.nan}
+
+
+def table_blocks(tables: TableSet, evidence: dict | None = None) -> list[Block]:
+    evidence = evidence or {"cells": 0}
+    measured = (f"On this report's rows, over the {evidence['cells']} Table 1 cells with runs from two or more "
+                f"splits, the split carries a median {100 * evidence['icc']:.0f}% of the run-to-run variance "
+                f"(intraclass correlation), and the intervals resampling splits are a median "
+                f"{evidence['width_ratio']:.2f} times as wide as those resampling runs one by one. "
+                if evidence["cells"] else "")
     blocks: list[Block] = [Heading(2, "Tables"), Paragraph(
         "Mean ± population std over runs (ECE-type metrics in %); the best mean of each row in **bold** (the "
-        "lowest; the highest for accuracy); "
-        f"'{NOT_RUN}' where a calibrator has no results. Each table is also under `tables/` as Markdown, "
-        "LaTeX (booktabs) and CSV.")]
+        "lowest; the highest for accuracy; the closest to 0 for the signed error); "
+        f"'{NOT_RUN}' where a calibrator has no results, '{NOT_RECORDED}' where it ran but its rows lack the "
+        "metric, and '(n of N runs)' where a cell pools fewer runs than the calibrator has. "
+        f"Under each benchmark, the '{CI_LABEL}' line gives the 95% bootstrap interval of each mean "
+        f"(`scipy.stats.bootstrap`, percentile, {bootstrap.N_RESAMPLES} resamples, seed {bootstrap.SEED}). "
+        "**The resampling unit is the split**: the runs of one split share its test nodes, so whole splits are "
+        "drawn with replacement, all their runs with them; benchmarks with runs from one split only (the Splits "
+        "column above) resample their runs instead, and a cell with one run has no interval. " + measured +
+        "In simulated benchmarks of 5 splits, resampling splits held the true mean in 82-85% of them rather "
+        "than 95% (five units are few), and resampling runs in 47-94%, less the larger the split's share, so "
+        "these intervals still understate the uncertainty (`benchmarks/bootstrap_design.py`, "
+        "`reports/offline/bootstrap_design.txt`, docs/decisions.md). "
+        "Each table is also under `tables/` as Markdown, LaTeX (booktabs) and CSV (with the interval's ends).")]
     for table in tables.results:
-        blocks += [Heading(3, table.spec.title), _table_or_note(table)]
+        blocks.append(Heading(3, table.spec.title))
+        if table.spec.metric in ESTIMATOR_DEFINITIONS:
+            blocks.append(Paragraph(ESTIMATOR_DEFINITIONS[table.spec.metric]))
+        if table.spec.metric == "fit_seconds":
+            blocks.append(Paragraph(
+                "Median over runs of the calibrator's fit, wall-clock seconds on one torch thread as each row "
+                "records it (a fit shared by a split's runs, `--batch-calibrators`, counts its time divided by "
+                "the runs); the machine and its load are those of the pass that wrote the rows (provenance.yaml), "
+                "so times compare within a benchmark better than across. Calibrators that ran on no benchmark are "
+                "left out. Against ECE: the figure 'Calibration against cost'."))
+        blocks.append(_table_or_note(table))
         comparison = tables.comparisons.get(table.spec.key)
         if comparison is not None:
             s = comparison.summary()
@@ -388,14 +511,18 @@ def significance_blocks(sig: Significance) -> list[Block]:
     blocks.append(Heading(3, "SimCalib vs GATS per benchmark over paired runs (Holm over the benchmarks)"))
     blocks.append(Paragraph("Two rows are a pair when they share dataset, backbone, split, init and fold, and their "
                             "`backbone_digest` (a hash of the backbone's logits) where both rows record one: rows "
-                            "of one run computed on different backbones, e.g. on two machines, are not paired."))
+                            "of one run computed on different backbones, e.g. on two machines, are not paired. "
+                            "'Diff 95% CI': the 95% bootstrap interval of the mean paired difference (SimCalib "
+                            "minus GATS), whole splits of pairs resampled as in the tables; the Wilcoxon p beside "
+                            "it treats the pairs as independent."))
     if sig.paired.empty:
         blocks.append(Paragraph(f"_{NOT_RUN}: no benchmark has runs of both SimCalib and GATS._"))
     else:
         body = [[r.dataset, r.backbone, str(r.pairs), f"{r.SimCalib_mean:.2f}", f"{r.GATS_mean:.2f}",
-                 f"{r.mean_diff:+.2f}", str(r.wins), _p(r.pvalue), _p(r.pvalue_holm)] for r in sig.paired.itertuples()]
-        blocks.append(table_block(["Dataset", "Backbone", "Pairs", "SimCalib", "GATS", "Mean diff", "SimCalib lower",
-                                   "p", "p (Holm)"], body, 2))
+                 f"{r.mean_diff:+.2f}", stats.diff_interval_text(r.diff_ci_low, r.diff_ci_high), str(r.wins),
+                 _p(r.pvalue), _p(r.pvalue_holm)] for r in sig.paired.itertuples()]
+        blocks.append(table_block(["Dataset", "Backbone", "Pairs", "SimCalib", "GATS", "Mean diff", "Diff 95% CI",
+                                   "SimCalib lower", "p", "p (Holm)"], body, 2))
     others = sig.comparisons[~((sig.comparisons["method"] == "SimCalib") & (sig.comparisons["reference"] == "GATS"))]
     if len(others):
         blocks += [Heading(3, "Other paired comparisons on test ECE (Holm over the benchmarks within each pair)"),
@@ -466,7 +593,8 @@ def theory_blocks(result: TheoryResult, out_dir: Path) -> list[Block]:
 def assemble(study: StudyResults, paper: PaperTables, tables: TableSet, sig: Significance, figures: FigureSet,
              theory_result: TheoryResult, out_dir: Path, title: str, regenerate: str | None = None) -> list[Block]:
     out_dir = Path(out_dir)
-    return [*overview_blocks(study, paper, title, regenerate), *table_blocks(tables), *grid_choice_blocks(study),
+    return [*overview_blocks(study, paper, title, regenerate), *table_blocks(tables, split_evidence(study.main_rows())),
+            *grid_choice_blocks(study),
             *significance_blocks(sig),
             *figure_blocks(figures, out_dir), *theory_blocks(theory_result, out_dir)]
 

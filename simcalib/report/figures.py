@@ -1,6 +1,9 @@
 """The paper's figures from results and saved predictions (seaborn on matplotlib Figures; PNG and PDF).
 
-* Reliability diagrams, UnCal vs SimCalib per benchmark, as a grid (test predictions of all runs pooled).
+* Reliability diagrams, UnCal vs SimCalib per benchmark, as a grid (test predictions of all runs pooled), with
+  each bin's 95% bootstrap interval of the pooled accuracy over runs (whole splits resampled,
+  :func:`reliability_intervals`) and, where the saved test predictions are present, the smooth reliability
+  curve of relplot's kernel (:func:`smooth_reliability`; the per-bin sums of ``figure_bins`` cannot give it).
 * Confidence distributions of the same predictions.
 
 These and the feature-similarity figure read each run's test predictions binned (:mod:`simcalib.figure_bins`):
@@ -10,6 +13,8 @@ regenerate from committed results files.
 * Feature similarity: test nodes of each run split into 5 equal-size groups by ``feature_distance`` (squared
   Mahalanobis distance to the nearest class prototype; group 1 = most similar); per group the ECE of UnCal,
   GATS and SimCalib (bars, mean over runs) and the improvement ``ECE_UnCal - ECE_method`` (dashed lines).
+* Cost: mean ECE against median fit time per calibrator, one panel per benchmark, log time axis, each with
+  its 95% bootstrap interval (:func:`cost_figure`).
 * The theory check (Theorem 1): P(ECE_joint <= ECE_isolated) against |a|.
 
 Every builder returns None when its inputs are absent, and the report says "not available" instead.
@@ -29,8 +34,9 @@ from matplotlib.figure import Figure
 from simcalib.errors import DataCorruptError
 from simcalib.figure_bins import FIGURE_CALIBRATORS, N_GROUPS, FigureBins, from_json, pool, summarise
 from simcalib.plots import confidence_histogram_from_counts, reliability_diagram_from_bins
+from simcalib.report.bootstrap import mean_interval, median_interval, ratio_interval
 from simcalib.report.results import load_predictions
-from simcalib.report.tables import sorted_benchmarks
+from simcalib.report.tables import EXTRA_METHODS, sorted_benchmarks
 from simcalib.report.theory import PAPER_EXAMPLE
 
 EFFICIENCY_METHODS = ("UnCal", "ETS", "CaGCN", "GATS", "SimCalib")
@@ -107,12 +113,69 @@ def _blank(ax, text: str) -> None:
     ax.set_yticks([])
 
 
-def reliability_grid(bins: pd.DataFrame, methods: Sequence[str] = ("UnCal", "SimCalib")) -> Figure | None:
+def reliability_intervals(frame: pd.DataFrame, benchmark: tuple[str, str], method: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per confidence bin, the 95% bootstrap interval (low, high) of the bin's accuracy pooled over the runs of
+    ``frame`` (:func:`figure_bins_frame`), correct nodes over nodes, whole splits resampled
+    (:func:`simcalib.report.bootstrap.ratio_interval`); NaN where fewer than two runs have nodes in the bin."""
+    chosen = frame[(frame["dataset"] == benchmark[0]) & (frame["backbone"] == benchmark[1])
+                   & (frame["calibrator"] == method)]
+    count = np.array([b.reliability()[0] for b in chosen["bins"]])  # [runs, B]
+    correct = np.array([b.reliability()[2] for b in chosen["bins"]])
+    splits = chosen["split"].to_numpy()
+    n_bins = count.shape[1] if count.ndim == 2 else 0
+    low, high = np.full(n_bins, np.nan), np.full(n_bins, np.nan)
+    for b in range(n_bins):
+        found = ratio_interval(correct[:, b], count[:, b], splits)
+        if found is not None:
+            low[b], high[b] = found.low, found.high
+    return low, high
+
+
+def smooth_reliability(confidence: np.ndarray, correct: np.ndarray, points: int = 200,
+                       min_density: float = 0.02) -> tuple[np.ndarray, np.ndarray]:
+    """The smooth reliability curve of Blasiok & Nakkiran (2023) by relplot: the residuals confidence - correct
+    smoothed with relplot's reflected Gaussian kernel at smECE's own bandwidth, mu(t) = t - r(t), on
+    ``points`` confidences in [0, 1]; NaN where the kernel density of the confidences is below ``min_density``
+    times its largest value (no nodes there to speak of)."""
+    from relplot.kernels import ReflectedGaussianKernel
+    from relplot.metrics import smECE
+
+    confidence, correct = np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=np.float64)
+    _, sigma = smECE(confidence, correct, return_width=True)
+    grid = np.linspace(0.0, 1.0, points)
+    residual, density = ReflectedGaussianKernel(sigma).smooth(confidence, confidence - correct, grid)
+    curve = grid - residual
+    curve[density < min_density * density.max()] = np.nan
+    return grid, curve
+
+
+def smooth_curves(predictions: pd.DataFrame, methods: Sequence[str] = ("UnCal", "SimCalib")) -> dict:
+    """(benchmark, method) -> (grid, curve, runs) of :func:`smooth_reliability` over every run's saved test
+    predictions pooled; empty without saved predictions."""
+    curves = {}
+    if predictions is None or predictions.empty:
+        return curves
+    found = predictions[predictions["calibrator"].isin(methods)]
+    for (dataset, backbone, method), group in found.groupby(["dataset", "backbone", "calibrator"]):
+        conf, correct = [], []
+        for path in group["path"]:
+            run = load_predictions(path)
+            conf.append(run.probs.max(1))
+            correct.append((run.probs.argmax(1) == run.labels).astype(np.float64))
+        grid, curve = smooth_reliability(np.concatenate(conf), np.concatenate(correct))
+        curves[((str(dataset), str(backbone)), str(method))] = (grid, curve, len(group))
+    return curves
+
+
+def reliability_grid(bins: pd.DataFrame, methods: Sequence[str] = ("UnCal", "SimCalib"),
+                     smooth: dict | None = None) -> Figure | None:
     """Per benchmark a row of panels, one per method, two benchmarks side by side; None without binned runs
-    (:func:`figure_bins_frame`)."""
+    (:func:`figure_bins_frame`). Each bin carries its 95% interval over runs (:func:`reliability_intervals`);
+    ``smooth`` (:func:`smooth_curves`) adds the smooth curve where it has one."""
     found = bins[bins["calibrator"].isin(methods)]
     if found.empty:
         return None
+    smooth = smooth or {}
     benchmarks = sorted_benchmarks(zip(found["dataset"], found["backbone"]))
     per_row = min(len(benchmarks), 2)
     rows = int(np.ceil(len(benchmarks) / per_row))
@@ -131,15 +194,29 @@ def reliability_grid(bins: pd.DataFrame, methods: Sequence[str] = ("UnCal", "Sim
                 continue
             reliability_diagram_from_bins(*pooled.reliability(), ax=ax, title=f"{title} ({pooled.runs} runs)",
                                           color=colors[method], legend=False)
+            low, high = reliability_intervals(found, b, method)
+            centers = (np.arange(len(low)) + 0.5) / len(low)
+            shown = np.isfinite(low)
+            ax.vlines(centers[shown], low[shown], high[shown], color="black", linewidth=1.2,
+                      label="95% interval over runs (splits resampled)")
+            if (b, method) in smooth:
+                grid, curve, runs = smooth[(b, method)]
+                ax.plot(grid, curve, color="tab:orange", linewidth=1.5,
+                        label="smooth reliability curve (relplot; saved predictions)")
             ax.title.set_fontsize("small")
     for k in range(len(benchmarks), rows * per_row):  # an odd count leaves one slot empty
         for j in range(len(methods)):
             axes[-1, (k % per_row) * len(methods) + j].set_visible(False)
-    handles, labels = next(ax for ax in axes.flat if ax.get_visible() and ax.patches).get_legend_handles_labels()
-    fig.legend([h for h, lab in zip(handles, labels) if lab != "accuracy"] + _method_handles(colors),
-               [lab for lab in labels if lab != "accuracy"] + [f"accuracy ({m})" for m in colors],
-               loc="outside lower center", ncols=4, fontsize="small", frameon=False)
-    _suptitle(fig, "Reliability diagrams (test nodes pooled over the runs counted in each title, 15 bins; ECE of the pool)")
+    handles = {}
+    for ax in axes.flat:  # every kind of mark once (the smooth curve is only on some panels)
+        if ax.get_visible():
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                handles.setdefault(lab, h)
+    keep = [lab for lab in handles if lab != "accuracy"]
+    fig.legend([handles[lab] for lab in keep] + _method_handles(colors), keep + [f"accuracy ({m})" for m in colors],
+               loc="outside lower center", ncols=3, fontsize="small", frameon=False)
+    _suptitle(fig, "Reliability diagrams (test nodes pooled over the runs counted in each title, 15 bins; ECE of the "
+              "pool; black: each bin's 95% bootstrap interval over runs)")
     return fig
 
 
@@ -314,6 +391,79 @@ def _feature_temperature_panel(ax, panel: pd.DataFrame, color) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Cost
+
+
+def cost_frame(rows: pd.DataFrame, methods: Sequence[str] = EXTRA_METHODS) -> pd.DataFrame:
+    """Per (benchmark, calibrator): runs, median fit time and mean ECE, each with its 95% bootstrap interval
+    (whole splits resampled); calibrators with a positive fit time only (a log axis)."""
+    records = []
+    if rows.empty:
+        return pd.DataFrame()
+    chosen = rows[rows["calibrator"].isin(methods)]
+    for (dataset, backbone, method), group in chosen.groupby(["dataset", "backbone", "calibrator"]):
+        seconds = pd.to_numeric(group["fit_seconds"], errors="coerce").to_numpy(dtype=np.float64)
+        ece = pd.to_numeric(group["ece"], errors="coerce").to_numpy(dtype=np.float64)
+        keep = np.isfinite(seconds) & (seconds > 0) & np.isfinite(ece)
+        if not keep.any():
+            continue
+        splits = group["split"].to_numpy()[keep]
+        time_ci, ece_ci = median_interval(seconds[keep], splits), mean_interval(ece[keep], splits)
+        records.append({"dataset": str(dataset), "backbone": str(backbone), "calibrator": str(method),
+                        "runs": int(keep.sum()), "fit_seconds_median": float(np.median(seconds[keep])),
+                        "fit_seconds_ci_low": np.nan if time_ci is None else time_ci.low,
+                        "fit_seconds_ci_high": np.nan if time_ci is None else time_ci.high,
+                        "ece_mean": float(ece[keep].mean()),
+                        "ece_ci_low": np.nan if ece_ci is None else ece_ci.low,
+                        "ece_ci_high": np.nan if ece_ci is None else ece_ci.high})
+    return pd.DataFrame(records)
+
+
+COST_FIGURE_METHODS = tuple(m for m in EXTRA_METHODS if m != "UnCal")  # UnCal fits nothing: no cost to show
+
+
+def cost_figure(frame: pd.DataFrame, methods: Sequence[str] = COST_FIGURE_METHODS) -> Figure | None:
+    """Mean ECE against median fit time (log axis), one point per calibrator, one panel per benchmark; lines:
+    the 95% intervals of both. None without rows (:func:`cost_frame`)."""
+    frame = frame[frame["calibrator"].isin(methods)] if len(frame) else frame
+    if frame.empty:
+        return None
+    benchmarks = sorted_benchmarks(zip(frame["dataset"], frame["backbone"]))
+    present = [m for m in methods if m in set(frame["calibrator"])]
+    colors = _palette(present)
+    markers = dict(zip(present, "osD^vP*XhpH<>"))
+    fig, axes = _grid(len(benchmarks), 1, (3.6, 3.0))
+    for i, b in enumerate(benchmarks):
+        block, col = divmod(i, PANEL_COLUMNS)
+        ax = axes[block, col]
+        panel = frame[(frame["dataset"] == b[0]) & (frame["backbone"] == b[1])]
+        for r in panel.itertuples():
+            x, y = r.fit_seconds_median, r.ece_mean
+            if np.isfinite(r.fit_seconds_ci_low):
+                ax.plot([r.fit_seconds_ci_low, r.fit_seconds_ci_high], [y, y], color=colors[r.calibrator], lw=0.8)
+            if np.isfinite(r.ece_ci_low):
+                ax.plot([x, x], [r.ece_ci_low, r.ece_ci_high], color=colors[r.calibrator], lw=0.8)
+            ax.plot([x], [y], marker=markers[r.calibrator], color=colors[r.calibrator], linestyle="none",
+                    markeredgecolor="black", markeredgewidth=0.4, label=r.calibrator)
+        ax.set_xscale("log")
+        ax.set_xlabel("fit time (s, median over runs)")
+        ax.set_ylabel("ECE (%, mean over runs)")
+        runs = int(panel["runs"].max()) if len(panel) else 0
+        ax.set_title(f"{b[0]} {b[1]} ({runs} runs)", fontsize="small")
+    _hide_unused(axes, len(benchmarks), 1)
+    handles = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    order = [m for m in present if m in handles]
+    fig.legend([handles[m] for m in order], order, loc="outside lower center", ncols=min(len(order), 6),
+               fontsize="small", frameon=False)
+    _suptitle(fig, "Calibration against cost: mean ECE and median fit time per calibrator (lines: 95% bootstrap "
+              "intervals over runs, splits resampled)")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Theory
 
 
@@ -348,6 +498,7 @@ def theory_figure(table: pd.DataFrame) -> Figure:
     return fig
 
 
-__all__ = ["EFFICIENCY_METHODS", "SIMILARITY_METHODS", "confidence_grid", "data_efficiency_figure",
-           "efficiency_frame", "feature_similarity_figure", "figure_bins_frame", "reliability_grid",
-           "save_figure", "similarity_groups", "similarity_summary", "theory_figure"]
+__all__ = ["EFFICIENCY_METHODS", "SIMILARITY_METHODS", "confidence_grid", "cost_figure", "cost_frame",
+           "data_efficiency_figure", "efficiency_frame", "feature_similarity_figure", "figure_bins_frame",
+           "reliability_grid", "reliability_intervals", "save_figure", "similarity_groups", "similarity_summary",
+           "smooth_curves", "smooth_reliability", "theory_figure"]

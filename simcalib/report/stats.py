@@ -6,6 +6,8 @@
 * Mean relative ECE reduction vs GATS (paper: 10.4%): ``mean_b (GATS_b - SimCalib_b) / GATS_b``.
 * Per benchmark: the Wilcoxon signed-rank test over the paired runs (the same split, init and fold give the
   same backbone to both calibrators), two-sided.
+* Beside each per-benchmark test, the 95% bootstrap interval of the mean paired difference (method minus
+  reference), whole splits resampled (:func:`simcalib.report.bootstrap.mean_interval`).
 * Several tests at once (one per benchmark, or one per baseline) are Holm-corrected (step-down):
   ``p_(i)^adj = max_{j <= i} min(1, (m - j + 1) p_(j))`` for the sorted p-values ``p_(1) <= ... <= p_(m)``.
 """
@@ -19,6 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from simcalib.report.bootstrap import mean_interval
 from simcalib.report.tables import benchmark_sort_key
 
 PAIR_KEYS = ["dataset", "backbone", "split", "init", "fold"]
@@ -89,11 +92,12 @@ def paired_runs(rows: pd.DataFrame, method: str = "SimCalib", reference: str = "
     Rows whose ``backbone_digest`` both exist and differ (the run's backbone was trained twice, e.g. on two
     machines) are not a pair.
 
-    Columns: dataset, backbone, pairs, mean of each, mean difference, wins, statistic, pvalue, pvalue_holm
-    (Holm over the benchmarks tested).
+    Columns: dataset, backbone, pairs, mean of each, mean difference with its 95% bootstrap interval
+    (diff_ci_low, diff_ci_high; NaN for one pair), wins, statistic, pvalue, pvalue_holm (Holm over the
+    benchmarks tested).
     """
-    columns = ["dataset", "backbone", "pairs", f"{method}_mean", f"{reference}_mean", "mean_diff", "wins",
-               "statistic", "pvalue", "pvalue_holm"]
+    columns = ["dataset", "backbone", "pairs", f"{method}_mean", f"{reference}_mean", "mean_diff", "diff_ci_low",
+               "diff_ci_high", "wins", "statistic", "pvalue", "pvalue_holm"]
     if rows.empty:
         return pd.DataFrame(columns=columns)
     keyed = rows.drop_duplicates(subset=[*PAIR_KEYS, "calibrator"], keep="last")
@@ -110,8 +114,11 @@ def paired_runs(rows: pd.DataFrame, method: str = "SimCalib", reference: str = "
     for (dataset, backbone), group in pairs.groupby(["dataset", "backbone"], sort=False):
         a, b = group[f"{metric}_m"].to_numpy(float), group[f"{metric}_r"].to_numpy(float)
         statistic, pvalue = wilcoxon_pvalue(a, b)
+        interval = mean_interval(a - b, group["split"].to_numpy())
         records.append({"dataset": dataset, "backbone": backbone, "pairs": len(group), f"{method}_mean": a.mean(),
                         f"{reference}_mean": b.mean(), "mean_diff": float((a - b).mean()),
+                        "diff_ci_low": np.nan if interval is None else interval.low,
+                        "diff_ci_high": np.nan if interval is None else interval.high,
                         "wins": int((a < b).sum()), "statistic": statistic, "pvalue": pvalue})
     frame = pd.DataFrame(records, columns=columns[:-1])
     frame["pvalue_holm"] = holm(frame["pvalue"]) if len(frame) else []
@@ -123,12 +130,12 @@ def paired_runs(rows: pd.DataFrame, method: str = "SimCalib", reference: str = "
 def paired_comparisons(rows: pd.DataFrame, pairs: Sequence[tuple[str, str]], metric: str = "ece") -> pd.DataFrame:
     """:func:`paired_runs` for every (method, reference) pair, as one long frame in benchmark order.
 
-    Columns: dataset, backbone, method, reference, pairs, method_mean, reference_mean, mean_diff, wins,
-    statistic, pvalue, pvalue_holm (Holm over the benchmarks within one pair, as in :func:`paired_runs`).
-    Pairs with no run in common are absent.
+    Columns: dataset, backbone, method, reference, pairs, method_mean, reference_mean, mean_diff, diff_ci_low,
+    diff_ci_high, wins, statistic, pvalue, pvalue_holm (Holm over the benchmarks within one pair, as in
+    :func:`paired_runs`). Pairs with no run in common are absent.
     """
     columns = ["dataset", "backbone", "method", "reference", "pairs", "method_mean", "reference_mean", "mean_diff",
-               "wins", "statistic", "pvalue", "pvalue_holm"]
+               "diff_ci_low", "diff_ci_high", "wins", "statistic", "pvalue", "pvalue_holm"]
     frames = []
     for rank, (method, reference) in enumerate(pairs):
         frame = paired_runs(rows, method, reference, metric).rename(
@@ -144,15 +151,22 @@ def paired_comparisons(rows: pd.DataFrame, pairs: Sequence[tuple[str, str]], met
 
 
 PAIRED_HEADER = ("Benchmark", "Method", "Reference", "Pairs", "Method mean", "Reference mean", "Mean diff",
-                 "Method lower", "p", "p (Holm)")
+                 "Diff 95% CI", "Method lower", "p", "p (Holm)")
+
+
+def diff_interval_text(low: float, high: float, digits: int = 2) -> str:
+    """``[low, high]`` with signs, blank where there is no interval (one pair)."""
+    return "" if not (np.isfinite(low) and np.isfinite(high)) else f"[{low:+.{digits}f}, {high:+.{digits}f}]"
 
 
 def paired_comparison_cells(frame: pd.DataFrame, digits: int = 2) -> list[list[str]]:
     """Rows of :data:`PAIRED_HEADER` for a :func:`paired_comparisons` frame (one rendering for report and scripts)."""
     return [[f"{r.dataset} {r.backbone}", r.method, r.reference, str(int(r.pairs)), f"{r.method_mean:.{digits}f}",
-             f"{r.reference_mean:.{digits}f}", f"{r.mean_diff:+.{digits}f}", f"{int(r.wins)}/{int(r.pairs)}",
+             f"{r.reference_mean:.{digits}f}", f"{r.mean_diff:+.{digits}f}",
+             diff_interval_text(r.diff_ci_low, r.diff_ci_high, digits), f"{int(r.wins)}/{int(r.pairs)}",
              f"{r.pvalue:.2g}", f"{r.pvalue_holm:.2g}"] for r in frame.itertuples()]
 
 
-__all__ = ["PAIRED_HEADER", "across_benchmarks", "across_benchmarks_all", "holm", "paired_comparison_cells",
+__all__ = ["PAIRED_HEADER", "across_benchmarks", "across_benchmarks_all", "diff_interval_text", "holm",
+           "paired_comparison_cells",
            "paired_comparisons", "paired_runs", "relative_reduction", "wilcoxon_pvalue"]

@@ -1,14 +1,16 @@
 """The paper's tables from results rows, and the same tables side by side with the published numbers.
 
 A :class:`ResultTable` is benchmarks x methods of one metric: mean ± population std over the runs (the GATS
-code's convention), the number of runs, and the best mean of each row in bold (every metric here is
-lower-is-better). A :class:`ComparisonTable` joins a table with the paper's and expresses each difference in
-units of the paper's standard deviation:
+code's convention), the number of runs, the 95% bootstrap interval of the mean (whole splits resampled,
+:mod:`simcalib.report.bootstrap`) on a second line under each benchmark, and the best mean of each row in
+bold (the lowest; the highest for accuracy; the closest to 0 for a signed error). A :class:`ComparisonTable`
+joins a table with the paper's and expresses each difference in units of the paper's standard deviation:
 
     z = (mean_ours - mean_paper) / std_paper.
 
 Both render as Markdown, LaTeX (booktabs) and CSV. A method without results for a benchmark is the text
-"not run", never an error.
+"not run", never an error; a method that ran but whose rows lack the metric (rows written before its column)
+is "not recorded", and a cell that pools fewer runs than the method has says how many.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simcalib.metrics import ESTIMATOR_NAMES
+from simcalib.report.bootstrap import Interval, mean_interval, median_interval
 from simcalib.report.paper import PaperTables
 from simcalib.report.render import table_block, to_markdown
 
 NOT_RUN = "not run"
+NOT_RECORDED = "not recorded"  # the method ran, but its rows lack this metric
+CI_LABEL = "95% CI"  # the label of the interval line under each benchmark
 DATASET_ORDER = ("Cora", "Citeseer", "Pubmed", "Computers", "Photo", "CS", "Physics", "CoraFull")
 BACKBONE_ORDER = ("GCN", "GAT")
 MAIN_METHODS = ("UnCal", "TS", "VS", "ETS", "CaGCN", "GATS", "SimCalib")
@@ -39,8 +45,11 @@ W_SWEEP_NAME = re.compile(r"^SimCalib_w(\d+(?:\.\d+)?)$")
 METRIC_LABELS = {
     "ece": "ECE (%)", "ace": "ACE (%)", "mce": "MCE (%)", "classwise_ece": "classwise ECE (%)",
     "kde_ece": "KDE-ECE (%)", "nll": "NLL", "brier": "Brier score", "accuracy": "accuracy (%)",
+    "smece": "smooth ECE (%)", "debiased_ce": "debiased CE (%)", "signed_ce": "signed CE (%)",
+    "degree_ece": "degree-binned ECE (%)", "fit_seconds": "fit time (s)",
 }
 METRIC_DIGITS = {"nll": 4, "brier": 4}
+SIGNIFICANT_METRICS = ("fit_seconds",)
 
 Benchmark = tuple[str, str]  # (dataset, backbone)
 
@@ -53,10 +62,19 @@ class TableSpec:
     methods: tuple[str, ...] | None  # None: the w sweep, whose columns are the w values found
     paper_key: str | None = None  # the paper table it is compared with
     lower_is_better: bool = True  # which mean of a row is bold
+    closest_to_zero: bool = False  # bold the mean nearest 0 instead (a signed error)
+    statistic: str = "mean"  # "mean" (± std) or "median" of the runs
+    drop_unrun: bool = False  # leave out the methods that ran on no benchmark
+    bold_best: bool = True  # False: no cell is bold (e.g. fit times, where lower is not better calibrated)
 
     @property
     def digits(self) -> int:
         return METRIC_DIGITS.get(self.metric, 2)
+
+    def fmt(self, value: float) -> str:
+        """A value as the tables show it: fixed decimals, or 3 significant digits for times (they span
+        1e-4 to 1e2 s)."""
+        return f"{value:.3g}" if self.metric in SIGNIFICANT_METRICS else f"{value:.{self.digits}f}"
 
 
 TABLE_SPECS: tuple[TableSpec, ...] = (
@@ -78,7 +96,18 @@ TABLE_SPECS: tuple[TableSpec, ...] = (
     TableSpec("extra_accuracy", "Accuracy (%) of the paper's calibrators and the extra ones (equal across a row "
               "unless a calibrator changes the argmax, as VS and Dirichlet may)", "accuracy", EXTRA_METHODS,
               lower_is_better=False),
+    TableSpec("metric_smece", "Smooth ECE (%) of every calibrator (relplot's smECE of the top-1 confidence; "
+              "Blasiok & Nakkiran 2023)", "smece", MAIN_METHODS),
+    TableSpec("metric_debiased_ce", "Debiased top-label L2 calibration error (%) of every calibrator (Kumar et al. "
+              "2019; 15 equal-mass bins)", "debiased_ce", MAIN_METHODS),
+    TableSpec("metric_signed_ce", "Signed calibration error (%) of every calibrator: mean top-1 confidence minus "
+              "accuracy (over-confident > 0; bold: closest to 0)", "signed_ce", MAIN_METHODS, closest_to_zero=True),
+    TableSpec("metric_degree_ece", "Degree-binned ECE (%) of every calibrator, as the GETS and WATS code report it "
+              "(10 equal-count bins of nodes by degree, not by confidence: not the ECE)", "degree_ece", MAIN_METHODS),
+    TableSpec("cost_fit_seconds", "Fit time (s) of every calibrator: median over runs", "fit_seconds",
+              EXTRA_METHODS, statistic="median", drop_unrun=True, bold_best=False),
 )
+ESTIMATOR_TABLES = tuple(s.key for s in TABLE_SPECS if s.metric in ESTIMATOR_NAMES)
 
 
 def benchmark_sort_key(benchmark: Benchmark) -> tuple:
@@ -125,27 +154,64 @@ def _fmt(value: float, digits: int) -> str:
 
 @dataclass
 class ResultTable:
-    """benchmarks x methods of one metric; NaN mean / 0 runs where a method was not run."""
+    """benchmarks x methods of one metric; NaN mean / 0 runs where a method was not run. ``mean`` holds the
+    spec's statistic (the median for a median table); ``ci_low``/``ci_high`` its 95% bootstrap interval (NaN:
+    none, e.g. one run); ``present`` how many runs of the method there are, with or without this metric."""
 
     spec: TableSpec
     benchmarks: list[Benchmark]
     methods: list[str]
     mean: pd.DataFrame  # [B, M]
     std: pd.DataFrame  # [B, M], population std (ddof = 0)
-    runs: pd.DataFrame  # [B, M], int
+    runs: pd.DataFrame  # [B, M], int: runs with a value of the metric
+    ci_low: pd.DataFrame | None = None  # [B, M]
+    ci_high: pd.DataFrame | None = None  # [B, M]
+    present: pd.DataFrame | None = None  # [B, M], int: runs of the method
+    unrecorded_rows: int = 0  # rows of these methods (any benchmark) without the metric
 
     def best(self) -> pd.DataFrame:
-        """True where the mean is the row's best (lowest, or highest for accuracy) at the displayed precision;
-        ties are all bold."""
+        """True where the mean is the row's best (lowest, highest for accuracy, nearest 0 for a signed error) at
+        the displayed precision; ties are all bold."""
         rounded = self.mean.round(self.spec.digits)
-        best = rounded.min(axis=1) if self.spec.lower_is_better else rounded.max(axis=1)
+        if not self.spec.bold_best:
+            return pd.DataFrame(False, index=self.mean.index, columns=self.mean.columns)
+        if self.spec.closest_to_zero:
+            rounded = rounded.abs()
+            best = rounded.min(axis=1)
+        else:
+            best = rounded.min(axis=1) if self.spec.lower_is_better else rounded.max(axis=1)
         return rounded.eq(best, axis=0) & self.mean.notna()
 
+    def _present(self, benchmark: Benchmark, method: str) -> int:
+        return int(self.present.at[benchmark, method]) if self.present is not None else int(self.runs.at[benchmark, method])
+
+    def cell_parts(self, benchmark: Benchmark, method: str) -> tuple[str, str]:
+        """(the number, a note): the note says how many runs the cell pools when the method has more."""
+        runs = int(self.runs.at[benchmark, method])
+        if runs == 0:
+            return (NOT_RECORDED if self._present(benchmark, method) > 0 else NOT_RUN), ""
+        value = self.spec.fmt(self.mean.at[benchmark, method])
+        if self.spec.statistic == "mean":
+            value += f" ± {self.spec.fmt(self.std.at[benchmark, method])}"
+        present = self._present(benchmark, method)
+        return value, (f" ({runs} of {present} runs)" if present > runs else "")
+
     def cell(self, benchmark: Benchmark, method: str) -> str:
-        if self.runs.at[benchmark, method] == 0:
-            return NOT_RUN
-        d = self.spec.digits
-        return f"{_fmt(self.mean.at[benchmark, method], d)} ± {_fmt(self.std.at[benchmark, method], d)}"
+        value, note = self.cell_parts(benchmark, method)
+        return value + note
+
+    def interval(self, benchmark: Benchmark, method: str) -> tuple[float, float] | None:
+        if self.ci_low is None:
+            return None
+        low, high = self.ci_low.at[benchmark, method], self.ci_high.at[benchmark, method]
+        return None if not (np.isfinite(low) and np.isfinite(high)) else (float(low), float(high))
+
+    def interval_cell(self, benchmark: Benchmark, method: str, latex: bool = False) -> str:
+        found = self.interval(benchmark, method)
+        if found is None:
+            return ""
+        text = f"[{self.spec.fmt(found[0])}, {self.spec.fmt(found[1])}]"
+        return r"{\footnotesize $" + text + "$}" if latex else text
 
     def runs_label(self, benchmark: Benchmark) -> str:
         counts = self.runs.loc[[benchmark]].iloc[0]
@@ -154,39 +220,61 @@ class ResultTable:
         return str(lo) if lo == hi else f"{lo}–{hi}"
 
     def to_csv_frame(self) -> pd.DataFrame:
-        """The paper's CSV layout (dataset, backbone, <m>_mean, <m>_std) plus <m>_runs (0 = not run)."""
+        """The paper's CSV layout (dataset, backbone, <m>_mean, <m>_std) plus <m>_runs (0 = not run) and the
+        95% interval <m>_ci_low, <m>_ci_high (empty: none). A median table's <m>_mean is the median."""
         rows = []
+        stats = ("mean", "std", "runs", "ci_low", "ci_high")
         for b in self.benchmarks:
             row = {"dataset": b[0], "backbone": b[1]}
             for m in self.methods:
                 row[f"{m}_mean"] = self.mean.at[b, m]
                 row[f"{m}_std"] = self.std.at[b, m]
                 row[f"{m}_runs"] = int(self.runs.at[b, m])
+                found = self.interval(b, m)
+                row[f"{m}_ci_low"], row[f"{m}_ci_high"] = found if found is not None else (np.nan, np.nan)
             rows.append(row)
-        return pd.DataFrame(rows, columns=["dataset", "backbone", *[f"{m}_{s}" for m in self.methods
-                                                                      for s in ("mean", "std", "runs")]])
+        return pd.DataFrame(rows, columns=["dataset", "backbone", *[f"{m}_{s}" for m in self.methods for s in stats]])
 
     def grid(self, latex: bool = False) -> tuple[list[str], list[list[str]]]:
-        """Header and body rows of strings (bold applied), shared by the Markdown and LaTeX writers."""
+        """Header and body rows of strings (bold applied), shared by the Markdown and LaTeX writers; under each
+        benchmark's row a row of 95% intervals (blank where a cell has none)."""
         header = ["Dataset", "Backbone", "Runs", *[display_name(m, latex) for m in self.methods]]
         best = self.best()
         body = []
         for b in self.benchmarks:
             cells = []
             for m in self.methods:
-                text = self.cell(b, m)
+                value, note = self.cell_parts(b, m)
                 if latex:
-                    text = r"\textit{not run}" if text == NOT_RUN else "$" + text.replace("±", r"\pm") + "$"
-                    text = r"$\mathbf{" + text[1:-1] + "}$" if best.at[b, m] else text
-                elif best.at[b, m]:
-                    text = f"**{text}**"
+                    if value in (NOT_RUN, NOT_RECORDED):
+                        text = rf"\textit{{{value}}}"
+                    else:
+                        math = value.replace("±", r"\pm")
+                        text = (r"$\mathbf{" + math + "}$") if best.at[b, m] else f"${math}$"
+                        text += latex_escape(note)
+                else:
+                    text = f"**{value}**{note}" if best.at[b, m] else value + note
                 cells.append(text)
             body.append([latex_escape(b[0]) if latex else b[0], b[1], self.runs_label(b), *cells])
+            intervals = [self.interval_cell(b, m, latex) for m in self.methods]
+            if any(intervals):
+                body.append(["", latex_escape(CI_LABEL) if latex else CI_LABEL, "", *intervals])
         return header, body
 
     @property
     def empty(self) -> bool:
         return not self.benchmarks or not self.methods
+
+    def empty_note(self) -> str:
+        """Why an empty table is empty: nothing ran, or the rows predate the metric's column."""
+        if self.unrecorded_rows:
+            return (f"_{NOT_RECORDED}: none of the {self.unrecorded_rows} rows of these calibrators has "
+                    f"`{self.spec.metric}` (rows written before that column existed); benchmarks with it: none._")
+        return f"_{NOT_RUN}: no results for this table._"
+
+
+def _interval(values: np.ndarray, splits, statistic: str) -> Interval | None:
+    return (median_interval if statistic == "median" else mean_interval)(values, splits)
 
 
 def build_result_table(rows: pd.DataFrame, spec: TableSpec, paper: PaperTables | None = None) -> ResultTable:
@@ -198,23 +286,39 @@ def build_result_table(rows: pd.DataFrame, spec: TableSpec, paper: PaperTables |
         methods = w_sweep_methods(names)
     else:
         methods = list(spec.methods)
-    relevant = rows[rows["calibrator"].isin(methods)] if len(rows) else rows
-    values = pd.to_numeric(relevant[spec.metric], errors="coerce") if len(relevant) else pd.Series(dtype=float)
-    relevant = relevant.assign(_value=values)[values.notna()] if len(relevant) else relevant
+    ran = rows[rows["calibrator"].isin(methods)] if len(rows) else rows
+    if spec.metric not in ran.columns:
+        ran = ran.assign(**{spec.metric: np.nan})
+    values = pd.to_numeric(ran[spec.metric], errors="coerce") if len(ran) else pd.Series(dtype=float)
+    relevant = ran.assign(_value=values)[values.notna()] if len(ran) else ran
+    if spec.drop_unrun:
+        methods = [m for m in methods if len(relevant) and (relevant["calibrator"] == m).any()]
     benchmarks = sorted_benchmarks(zip(relevant["dataset"], relevant["backbone"])) if len(relevant) else []
     index = pd.MultiIndex.from_tuples(benchmarks, names=["dataset", "backbone"]) if benchmarks else \
         pd.MultiIndex.from_tuples([], names=["dataset", "backbone"])
     mean = pd.DataFrame(np.nan, index=index, columns=methods)
-    std = mean.copy()
+    std, ci_low, ci_high = mean.copy(), mean.copy(), mean.copy()
     runs = pd.DataFrame(0, index=index, columns=methods)
+    present = runs.copy()
     if len(relevant):
-        grouped = relevant.groupby(["dataset", "backbone", "calibrator"])["_value"]
-        for (dataset, backbone, method), series in grouped:
+        split = relevant["split"] if "split" in relevant.columns else pd.Series(np.nan, index=relevant.index)
+        grouped = relevant.assign(_split=split).groupby(["dataset", "backbone", "calibrator"])
+        for (dataset, backbone, method), group in grouped:
             b = (str(dataset), str(backbone))
-            mean.at[b, method] = float(series.mean())
-            std.at[b, method] = float(np.std(series.to_numpy(), ddof=0))
+            series = group["_value"].to_numpy(dtype=np.float64)
+            mean.at[b, method] = float(np.median(series) if spec.statistic == "median" else series.mean())
+            std.at[b, method] = float(np.std(series, ddof=0))
             runs.at[b, method] = int(series.size)
-    return ResultTable(spec, benchmarks, methods, mean, std, runs)
+            splits = None if group["_split"].isna().all() else group["_split"].to_numpy()
+            found = _interval(series, splits, spec.statistic)
+            if found is not None:
+                ci_low.at[b, method], ci_high.at[b, method] = found.low, found.high
+        for (dataset, backbone, method), group in ran.groupby(["dataset", "backbone", "calibrator"]):
+            b = (str(dataset), str(backbone))
+            if b in present.index and method in present.columns:
+                present.at[b, method] = len(group)
+    unrecorded = int(values.isna().sum()) if len(ran) else 0
+    return ResultTable(spec, benchmarks, methods, mean, std, runs, ci_low, ci_high, present, unrecorded)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -226,7 +330,8 @@ class ComparisonTable:
     """The paper's cells joined with ours: one row per (benchmark, method) the paper reports."""
 
     spec: TableSpec
-    long: pd.DataFrame  # dataset, backbone, method, paper_mean, paper_std, ours_mean, ours_std, runs, diff, z
+    long: pd.DataFrame  # dataset, backbone, method, paper_mean, paper_std, ours_mean, ours_std, runs, diff, z,
+    # ours_ci_low, ours_ci_high (the 95% interval of our mean; NaN: none)
 
     @property
     def benchmarks(self) -> list[Benchmark]:
@@ -250,10 +355,25 @@ class ComparisonTable:
         z = "n/a" if not np.isfinite(r["z"]) else f"{r['z']:+.2f}" + (r"$\sigma$" if latex else "σ")
         return f"{_fmt(r['ours_mean'], d)} vs {_fmt(r['paper_mean'], d)} ({z})"
 
+    def interval_cell(self, benchmark: Benchmark, method: str, latex: bool = False) -> str:
+        """Our mean's 95% interval, blank where there is none."""
+        match = self.long[(self.long["dataset"] == benchmark[0]) & (self.long["backbone"] == benchmark[1])
+                          & (self.long["method"] == method)]
+        if match.empty or "ours_ci_low" not in match.columns or not np.isfinite(match["ours_ci_low"].iloc[0]):
+            return ""
+        d = self.spec.digits
+        text = f"[{_fmt(match['ours_ci_low'].iloc[0], d)}, {_fmt(match['ours_ci_high'].iloc[0], d)}]"
+        return r"{\footnotesize $" + text + "$}" if latex else text
+
     def grid(self, latex: bool = False) -> tuple[list[str], list[list[str]]]:
+        """Header and rows; under each benchmark a row of the 95% intervals of our means."""
         header = ["Dataset", "Backbone", *[display_name(m, latex) for m in self.methods]]
-        body = [[latex_escape(b[0]) if latex else b[0], b[1], *[self.cell(b, m, latex) for m in self.methods]]
-                for b in self.benchmarks]
+        body = []
+        for b in self.benchmarks:
+            body.append([latex_escape(b[0]) if latex else b[0], b[1], *[self.cell(b, m, latex) for m in self.methods]])
+            intervals = [self.interval_cell(b, m, latex) for m in self.methods]
+            if any(intervals):
+                body.append(["", latex_escape(CI_LABEL) if latex else CI_LABEL, *intervals])
         return header, body
 
     def to_csv_frame(self) -> pd.DataFrame:
@@ -283,11 +403,14 @@ def build_comparison(table: ResultTable, paper: PaperTables) -> ComparisonTable 
         ran = b in table.benchmarks and m in table.methods and table.runs.at[b, m] > 0
         ours_mean = table.mean.at[b, m] if ran else np.nan
         ours_std = table.std.at[b, m] if ran else np.nan
+        interval = table.interval(b, m) if ran else None
         diff = ours_mean - p["mean"]
         z = diff / p["std"] if ran and np.isfinite(p["std"]) and p["std"] > 0 else np.nan
         rows.append({"dataset": b[0], "backbone": b[1], "method": m, "paper_mean": p["mean"], "paper_std": p["std"],
                      "ours_mean": ours_mean, "ours_std": ours_std,
-                     "runs": int(table.runs.at[b, m]) if ran else 0, "diff": diff, "z": z})
+                     "runs": int(table.runs.at[b, m]) if ran else 0, "diff": diff, "z": z,
+                     "ours_ci_low": interval[0] if interval else np.nan,
+                     "ours_ci_high": interval[1] if interval else np.nan})
     return ComparisonTable(table.spec, pd.DataFrame(rows))
 
 
@@ -297,7 +420,8 @@ def build_comparison(table: ResultTable, paper: PaperTables) -> ComparisonTable 
 
 def latex_grid(header: Sequence[str], body: Sequence[Sequence[str]], caption: str, label: str,
                numeric_from: int = 2) -> str:
-    """A booktabs table; a dataset name is written once for its consecutive rows."""
+    """A booktabs table; a dataset name is written once for its consecutive rows, and a row whose first cell is
+    empty (the interval line under a benchmark) continues the row above."""
     spec = "l" * numeric_from + "c" * (len(header) - numeric_from)
     lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{latex_escape(caption)}}}",
              rf"\label{{tab:{label}}}", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
@@ -305,6 +429,9 @@ def latex_grid(header: Sequence[str], body: Sequence[Sequence[str]], caption: st
     previous = None
     for row in body:
         row = list(row)
+        if row[0] == "":
+            lines.append(" & ".join(row) + r" \\")
+            continue
         if previous is not None and row[0] != previous:
             lines.append(r"\addlinespace")
         shown = "" if row[0] == previous else row[0]
@@ -314,16 +441,20 @@ def latex_grid(header: Sequence[str], body: Sequence[Sequence[str]], caption: st
     return "\n".join(lines) + "\n"
 
 
+def _empty_note(table: ResultTable | ComparisonTable) -> str:
+    return table.empty_note() if isinstance(table, ResultTable) else f"_{NOT_RUN}: no results for this table._"
+
+
 def table_markdown(table: ResultTable | ComparisonTable) -> str:
     if table.empty:
-        return f"_{NOT_RUN}: no results for this table._"
+        return _empty_note(table)
     header, body = table.grid()
     return to_markdown([table_block(header, body, numeric_from=2)]).strip()
 
 
 def table_latex(table: ResultTable | ComparisonTable, caption: str) -> str:
     if table.empty:
-        return f"% {caption}: {NOT_RUN} (no results for this table)\n"
+        return f"% {caption}: {_empty_note(table).strip('_')}\n"
     header, body = table.grid(latex=True)
     return latex_grid(header, body, caption, table.spec.key + ("_vs_paper" if isinstance(table, ComparisonTable) else ""))
 
@@ -338,6 +469,6 @@ def write_table(table: ResultTable | ComparisonTable, folder: Path, stem: str, c
     return paths
 
 
-__all__ = ["ABLATION_METHODS", "EXTRA_CALIBRATORS", "EXTRA_METHODS", "MAIN_METHODS", "NOT_RUN", "TABLE_SPECS", "ComparisonTable", "ResultTable",
-           "TableSpec", "benchmark_sort_key", "build_comparison", "build_result_table", "display_name",
+__all__ = ["ABLATION_METHODS", "CI_LABEL", "ESTIMATOR_TABLES", "EXTRA_CALIBRATORS", "EXTRA_METHODS", "MAIN_METHODS",
+           "NOT_RECORDED", "NOT_RUN", "TABLE_SPECS", "ComparisonTable", "ResultTable", "TableSpec", "benchmark_sort_key", "build_comparison", "build_result_table", "display_name",
            "sorted_benchmarks", "table_latex", "table_markdown", "w_sweep_methods", "write_table"]

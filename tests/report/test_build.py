@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from simcalib.cli import main
@@ -23,11 +24,20 @@ def test_report_of_a_partial_study_has_tables_tests_figures_and_theory(synthetic
                  "the paper's cells of this table are on CoraFull, none of which has results here"):
         assert text in md, text
     html = out.report_html.read_text()
-    assert html.count("data:image/png;base64,") == 5  # four study figures and the theory figure
+    assert html.count("data:image/png;base64,") == 6  # five study figures (cost included) and the theory figure
     for stem in ("table1_ece", "table1_ece_vs_paper", "table3_ablation_ece", "table4_w_sweep_ece", "metric_kde_ece"):
         for suffix in (".md", ".tex", ".csv"):
             assert (out.folder / "tables" / f"{stem}{suffix}").is_file()
     assert out.significance.paper["pvalue"] == pytest.approx(7.63e-4, abs=5e-7)
+    # every mean with its interval, the newer estimators with their coverage, the cost table and figure
+    for text in ("|  | 95% CI |  | [", "**The resampling unit is the split**", "| Mean diff | Diff 95% CI |",
+                 "degree-binned ECE (`degree_ece`) in 0 of", "benchmarks: none",
+                 "not recorded: none of the", "### Fit time (s) of every calibrator: median over runs",
+                 "figures/cost_ece_vs_fit_time.png", "Orange: the smooth reliability curve", "on Cora GCN"):
+        assert text in md, text
+    assert (out.folder / "figures" / "cost_ece_vs_fit_time.csv").is_file()
+    paired = pd.read_csv(out.folder / "significance" / "paired_runs_simcalib_vs_gats.csv")
+    assert (paired["diff_ci_low"] <= paired["mean_diff"]).all() and (paired["mean_diff"] <= paired["diff_ci_high"]).all()
     # the ablation is tested against the full method, run by run, beside SimCalib vs GATS
     assert "Other paired comparisons on test ECE" in md and "| Cora GCN | SimCalib_l | SimCalib |" in md
     pairs = (out.folder / "significance" / "paired_runs_all.csv").read_text()
@@ -199,3 +209,19 @@ def test_a_paper_table_with_no_cell_run_names_the_papers_datasets_and_our_rows_o
     assert "are on CoraFull, none of which has results here: our rows in the table above" in table2
     assert "are on CoraFull, none of which has results here." in table4  # no w sweep ran: no rows of ours
     assert "our rows in the table above" not in table4[:table4.index("| Dataset")]
+
+
+def test_the_estimator_tables_hold_the_rows_that_have_them_and_name_the_benchmarks(tmp_path):
+    write_benchmark(tmp_path / "results" / "Cora_GCN", "Cora", "GCN", ["UnCal", "GATS", "SimCalib"], folds=(0,),
+                    predictions=False, estimators=True)
+    write_benchmark(tmp_path / "results" / "Photo_GAT", "Photo", "GAT", ["UnCal", "GATS"], folds=(0,), seed=3,
+                    predictions=False)  # rows without the estimator columns
+    out = build_report(tmp_path / "results", tmp_path / "report", tmp_path / "no_paper", theory_reps=20,
+                       theory_grid=SMALL_THEORY)
+    md = out.report_md.read_text()
+    assert "degree-binned ECE (`degree_ece`) in 6 of 10 rows, benchmarks: Cora GCN" in md
+    degree = pd.read_csv(out.folder / "tables" / "metric_degree_ece.csv")
+    assert list(degree["dataset"]) == ["Cora"] and degree["GATS_runs"].tolist() == [2]
+    assert degree["GATS_ci_low"].notna().all()  # two splits: an interval
+    signed = (out.folder / "tables" / "metric_signed_ce.md").read_text()
+    assert "| Cora | GCN | 2 |" in signed and "Photo" not in signed

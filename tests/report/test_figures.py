@@ -106,3 +106,56 @@ def test_the_feature_similarity_figure_shows_simcalib_feature_temperature_per_gr
     fig = figures.feature_similarity_figure(summary)
     drawn = [ax for ax in fig.axes if ax.get_visible() and ax.get_ylabel() == "SimCalib T_feat"]
     assert len(drawn) == 1 and drawn[0].lines  # one benchmark with distances: one T_feat panel, with its line
+
+
+def test_reliability_bins_carry_the_split_bootstrap_interval_of_their_pooled_accuracy(synthetic_study):
+    from simcalib.report.bootstrap import ratio_interval
+
+    bins = figures.figure_bins_frame(load_study_results(synthetic_study).main_predictions())
+    low, high = figures.reliability_intervals(bins, ("Cora", "GCN"), "UnCal")
+    runs = bins[(bins["dataset"] == "Cora") & (bins["calibrator"] == "UnCal")]
+    top = int(np.flatnonzero(np.isfinite(low))[-1])  # the highest bin with an interval
+    count = np.array([b.reliability()[0][top] for b in runs["bins"]])
+    correct = np.array([b.reliability()[2][top] for b in runs["bins"]])
+    want = ratio_interval(correct, count, runs["split"].to_numpy())
+    assert (low[top], high[top]) == pytest.approx((want.low, want.high))
+    pooled = correct.sum() / count.sum()
+    assert low[top] <= pooled <= high[top]
+    figure = figures.reliability_grid(bins)
+    panel = figure.axes[0]
+    assert any(len(c.get_segments()) == int(np.isfinite(low).sum()) for c in panel.collections)  # one line per bin
+
+
+def test_the_smooth_curve_follows_the_diagonal_for_calibrated_predictions_and_is_drawn_from_saved_ones(
+        synthetic_study):
+    rng = np.random.default_rng(0)
+    confidence = rng.uniform(0.3, 1.0, 20000)
+    correct = (rng.uniform(size=20000) < confidence).astype(float)  # calibrated
+    grid, curve = figures.smooth_reliability(confidence, correct)
+    inside = (grid > 0.4) & (grid < 0.9)
+    assert np.nanmax(np.abs(curve[inside] - grid[inside])) < 0.05
+    assert np.isnan(curve[grid < 0.2]).all()  # no confidences there: no curve
+    over = figures.smooth_reliability(confidence, (rng.uniform(size=20000) < confidence - 0.2).astype(float))[1]
+    assert np.nanmean(grid[inside] - over[inside]) == pytest.approx(0.2, abs=0.05)  # over-confident by 0.2
+    study = load_study_results(synthetic_study)
+    curves = figures.smooth_curves(study.main_predictions())
+    assert set(curves) == {(("Cora", "GCN"), "UnCal"), (("Cora", "GCN"), "SimCalib"), (("Citeseer", "GAT"), "UnCal"),
+                           (("Citeseer", "GAT"), "SimCalib")}
+    figure = figures.reliability_grid(figures.figure_bins_frame(study.main_predictions()), smooth=curves)
+    assert any(line.get_color() == "tab:orange" for line in figure.axes[0].get_lines())
+
+
+def test_cost_points_are_the_median_fit_time_and_mean_ece_with_their_intervals():
+    rows = pd.DataFrame([{"dataset": "Cora", "backbone": "GCN", "calibrator": c, "split": s, "init": 0, "fold": f,
+                          "ece": e + s, "fit_seconds": t * (1 + s)}
+                         for c, e, t in (("TS", 3.0, 0.1), ("GATS", 2.0, 2.0), ("UnCal", 9.0, 0.0))
+                         for s in (0, 1) for f in range(3)])
+    frame = figures.cost_frame(rows).set_index("calibrator")
+    assert set(frame.index) == {"TS", "GATS"}  # UnCal fits nothing: no point on a log axis
+    assert frame.at["GATS", "fit_seconds_median"] == pytest.approx(3.0) and frame.at["GATS", "ece_mean"] == 2.5
+    assert (frame.at["GATS", "ece_ci_low"], frame.at["GATS", "ece_ci_high"]) == pytest.approx((2.0, 3.0))
+    figure = figures.cost_figure(frame.reset_index())
+    assert figure.axes[0].get_xscale() == "log" and figure.axes[0].get_title() == "Cora GCN (6 runs)"
+    assert len(figure.axes[0].get_lines()) == 2 * 3  # TS and GATS: a point and two interval lines each
+    uncal_only = pd.DataFrame([{**frame.reset_index().iloc[0].to_dict(), "calibrator": "UnCal"}])
+    assert figures.cost_figure(uncal_only) is None  # UnCal fits nothing: not drawn against cost

@@ -94,7 +94,8 @@ def test_paired_comparisons_stacks_pairs_in_benchmark_order_and_skips_pairs_that
     assert (simcalib["pvalue_holm"] >= simcalib["pvalue"]).all()
     assert cora_irm["pvalue_holm"] == cora_irm["pvalue"]
     cells = paired_comparison_cells(frame)
-    assert cells[1][:4] == ["Cora GCN", "IRM", "GATS", "6"] and cells[1][7] == "6/6"
+    assert cells[1][:4] == ["Cora GCN", "IRM", "GATS", "6"] and cells[1][8] == "6/6"
+    assert cells[1][7] == "[-2.00, -2.00]"  # every pair differs by -2: the interval is that point
 
 
 def test_rows_of_one_run_on_different_backbones_are_not_paired():
@@ -103,3 +104,16 @@ def test_rows_of_one_run_on_different_backbones_are_not_paired():
         backbone_digest=["a", "b", "c", "x", None, "f"])  # run 4: another backbone; 5 and 6: one side unknown
     result = paired_runs(pd.concat([gats, simcalib]), "SimCalib", "GATS")
     assert result["pairs"].tolist() == [5]
+
+
+def test_each_paired_difference_has_the_split_bootstrap_interval_of_its_mean():
+    from simcalib.report.bootstrap import mean_interval
+
+    simcalib = _runs("SimCalib", [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    gats = _runs("GATS", [1.5, 2.5, 3.5, 6.0, 7.0, 8.0])  # differences -0.5 in split 0, -2 in split 1
+    row = paired_runs(pd.concat([gats, simcalib]), "SimCalib", "GATS").iloc[0]
+    want = mean_interval([-0.5] * 3 + [-2.0] * 3, [0, 0, 0, 1, 1, 1])
+    assert (row["diff_ci_low"], row["diff_ci_high"]) == pytest.approx((want.low, want.high))
+    assert (want.low, want.high) == pytest.approx((-2.0, -0.5))  # the two splits' mean differences
+    one = paired_runs(pd.concat([gats.iloc[:1], simcalib.iloc[:1]]), "SimCalib", "GATS").iloc[0]
+    assert one["pairs"] == 1 and np.isnan(one["diff_ci_low"])  # one pair: no interval

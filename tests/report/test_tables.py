@@ -132,3 +132,65 @@ def test_extra_calibrator_tables_sit_beside_the_paper_tables_without_changing_th
     assert "**2.00 ± 0.82**" in cora  # Dirichlet's mean is the row's best
     accuracy = build_result_table(rows, SPEC["extra_accuracy"])
     assert accuracy.mean.at[("Cora", "GCN"), "Dirichlet"] == pytest.approx(81.0)
+
+
+def _two_split_rows() -> pd.DataFrame:
+    """Cora GCN: two splits x 3 folds of UnCal and GATS; GATS has smece in split 0's runs only."""
+    records = []
+    for method, values in {"UnCal": [10.0, 11.0, 12.0, 14.0, 15.0, 16.0], "GATS": [3.0, 4.0, 5.0, 5.0, 6.0, 7.0]}.items():
+        for i, v in enumerate(values):
+            records.append({"dataset": "Cora", "backbone": "GCN", "calibrator": method, "split": i // 3, "init": 0,
+                            "fold": i % 3, "ece": v, "smece": v / 2 if (method == "GATS" and i < 3) else np.nan})
+    return pd.DataFrame(records)
+
+
+def test_every_mean_has_its_split_bootstrap_interval_on_the_line_below():
+    from simcalib.report.bootstrap import mean_interval
+
+    rows = pd.concat([_two_split_rows(), _rows().iloc[[-1]]], ignore_index=True)  # + Citeseer GAT: one run
+    table = build_result_table(rows, SPEC["table1_ece"])
+    want = mean_interval([10.0, 11.0, 12.0, 14.0, 15.0, 16.0], [0, 0, 0, 1, 1, 1])
+    assert table.interval(("Cora", "GCN"), "UnCal") == pytest.approx((want.low, want.high))
+    assert (want.low, want.high) == pytest.approx((11.0, 15.0))  # the two split means
+    assert table.interval(("Citeseer", "GAT"), "UnCal") is None  # one run: no interval
+    lines = table_markdown(table).splitlines()
+    cora = next(i for i, line in enumerate(lines) if line.startswith("| Cora"))
+    assert lines[cora + 1] == "|  | 95% CI |  | [11.00, 15.00] |  |  |  |  | [4.00, 6.00] |  |"
+    assert not lines[-1].startswith("|  | 95% CI")  # Citeseer's single run: no interval line under it
+    latex = table_latex(table, "Table 1")
+    assert r" & 95\% CI &  & {\footnotesize $[11.00, 15.00]$}" in latex
+    assert latex.count(r"\addlinespace") == 1  # the interval line continues its benchmark's row
+    frame = table.to_csv_frame().set_index("dataset")
+    assert frame.loc["Cora", "UnCal_ci_low"] == pytest.approx(11.0) and np.isnan(frame.loc["Citeseer", "UnCal_ci_low"])
+
+
+def test_a_metric_missing_from_some_rows_says_how_many_runs_a_cell_pools_and_never_counts_them_as_zero():
+    table = build_result_table(_two_split_rows(), SPEC["metric_smece"])
+    b = ("Cora", "GCN")
+    assert table.mean.at[b, "GATS"] == pytest.approx(2.0)  # (3 + 4 + 5) / 2 / 3: the missing runs are not zeros
+    md = table_markdown(table)
+    assert "**2.00 ± 0.41** (3 of 6 runs)" in md and f"{NOT_RUN}" in md
+    assert "| not recorded |" in md.replace("**", "")  # UnCal ran, but no row of it has smece
+    assert table.interval(b, "GATS") is not None and table.interval(b, "UnCal") is None
+    untouched = build_result_table(_two_split_rows().drop(columns="smece"), SPEC["metric_degree_ece"])
+    assert untouched.empty and "not recorded: none of the 12 rows" in table_markdown(untouched)
+    assert "benchmarks with it: none" in table_latex(untouched, "degree")
+
+
+def test_signed_error_bolds_the_mean_closest_to_zero_and_fit_time_is_a_median_without_bold():
+    rows = _two_split_rows().assign(signed_ce=lambda f: np.where(f["calibrator"] == "GATS", -1.0, 2.0),
+                                    fit_seconds=lambda f: f["ece"] / 10)
+    signed = build_result_table(rows, SPEC["metric_signed_ce"])
+    assert signed.best().at[("Cora", "GCN"), "GATS"] and not signed.best().at[("Cora", "GCN"), "UnCal"]
+    cost = build_result_table(rows, SPEC["cost_fit_seconds"])
+    assert cost.methods == ["UnCal", "GATS"]  # calibrators that never ran are left out
+    assert cost.mean.at[("Cora", "GCN"), "GATS"] == pytest.approx(0.5)  # the median
+    assert "| 6 | 1.3 | 0.5 |" in table_markdown(cost) and "**" not in table_markdown(cost)  # 3 significant digits
+
+
+def test_the_paper_comparison_carries_the_interval_of_our_mean():
+    paper = _paper([("table1", "Cora", "GCN", "UnCal", "ece", 13.04, 5.0)])
+    comparison = build_comparison(build_result_table(_two_split_rows(), SPEC["table1_ece"]), paper)
+    row = comparison.long.iloc[0]
+    assert (row["ours_ci_low"], row["ours_ci_high"]) == pytest.approx((11.0, 15.0))
+    assert "|  | 95% CI | [11.00, 15.00] |" in table_markdown(comparison)
