@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -250,7 +251,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
     routes = args.routes.split(",")
-    print(f"# python benchmarks/gat_attention_routes.py {' '.join(sys.argv[1:])}")
+    print(f"# python benchmarks/gat_attention_routes.py {shlex.join(sys.argv[1:])}")
     print(f"# torch {torch.__version__}, {args.threads} torch thread(s); {time.strftime('%Y-%m-%d %H:%M %Z')}; "
           "ms: median [min-max] over the repetitions")
     for dataset in args.datasets.split(","):

@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -176,7 +177,7 @@ def main() -> None:
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
-    print(f"# python benchmarks/gat_attention_speed.py {' '.join(sys.argv[1:])}")
+    print(f"# python benchmarks/gat_attention_speed.py {shlex.join(sys.argv[1:])}")
     print(f"# {_cpu_model()}, {os.cpu_count()} cores; torch {torch.__version__}, {args.threads} torch thread(s); "
           f"{time.strftime('%Y-%m-%d %H:%M %Z')}")
     if args.note:
