@@ -82,7 +82,7 @@ class GAT(nn.Module):
     The first layer's input projection ``X W`` is computed outside the attention layer with the cached
     sparse transpose (the costly part on CPU). ``attention`` picks the attention layer
     (:data:`ATTENTION_KERNELS`); both draw the same initial weights and dropout masks from the global
-    generator, so from one seed they compute the same model up to floating-point rounding.
+    generator, so from one seed they take the same training steps up to floating-point rounding.
     """
 
     def __init__(self, in_channels: int, num_classes: int, hidden: int = 8, heads: int = 8, dropout: float = 0.5,
