@@ -38,11 +38,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.utils import softmax as edge_softmax
 
-from simcalib.backbones.models import BACKBONES
+from simcalib.backbones.models import BACKBONES, DEFAULT_ATTENTION
 from simcalib.backbones.sparse import SparseOperand
 from simcalib.backbones.training import BackboneConfig, BackboneOutput, graph_inputs, resolve_device
 from simcalib.data.loading import GraphData
-from simcalib.errors import TrainingDivergedError
+from simcalib.errors import ConfigError, TrainingDivergedError
 
 TRAINER = "batched"
 
@@ -222,6 +222,9 @@ def train_backbones_batched(
     Returns one :class:`BackboneOutput` per model, in the order of ``seeds``."""
     if len(folds) != len(seeds) or not seeds:
         raise ValueError("train_backbones_batched needs one (train_idx, val_idx) per seed, and at least one")
+    if config.attention != DEFAULT_ATTENTION:
+        raise ConfigError(f"the batched trainer has its own attention (simcalib/backbones/batched.py); attention "
+                          f"kernel {config.attention!r} applies to backbones trained one run at a time")
     if models_per_batch is not None and len(seeds) > models_per_batch:
         outputs = []
         for first in range(0, len(seeds), models_per_batch):

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch_geometric
 
+from simcalib.backbones.models import DEFAULT_ATTENTION
 from simcalib.backbones.training import BackboneConfig, BackboneOutput
 
 CACHE_ENV = "SIMCALIB_CACHE_DIR"
@@ -37,9 +38,12 @@ def cache_key(
     """``trainer``: "per-run" (:func:`train_backbone`) or "batched" (:mod:`simcalib.backbones.batched`, other
     random streams, hence another backbone); only a non-default trainer enters the key, so the keys of
     per-run entries are unchanged."""
+    settings = dataclasses.asdict(config)
+    if settings["attention"] == DEFAULT_ATTENTION:  # the keys of entries trained before the option are unchanged
+        del settings["attention"]
     identity = {
         "dataset": dataset,
-        "config": dataclasses.asdict(config),
+        "config": settings,
         "split": split,
         "init": init,
         "fold": fold,

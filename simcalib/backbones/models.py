@@ -8,6 +8,7 @@ have up to 8.7k features and are never densified.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -17,6 +18,7 @@ from torch_geometric.nn import GATConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
+from simcalib.backbones.gat_attention import AttentionGraph, GraphAttention
 from simcalib.backbones.sparse import SparseOperand, fast_dropout
 
 
@@ -61,6 +63,14 @@ class GCN(nn.Module):
         return logits, hidden
 
 
+ATTENTION_KERNELS = ("pyg", "csr")
+"""How :class:`GAT` computes its attention layers: "pyg", torch_geometric's ``GATConv`` (the default, which
+every committed result used), or "csr", :class:`~simcalib.backbones.gat_attention.GraphAttention` (the same
+equations, parameters and random draws with per-edge tensors of one scalar per head; faster and smaller on
+large graphs on CPU, ``reports/performance/README.md``)."""
+DEFAULT_ATTENTION = "pyg"
+
+
 class GAT(nn.Module):
     r"""Two-layer GAT (Velickovic et al., 2018): 8 heads x 8 hidden (concatenated), ELU, then one
     output head (not concatenated); dropout 0.5 on the inputs of each layer and on the attention.
@@ -69,27 +79,43 @@ class GAT(nn.Module):
         X^{(1)} = \mathrm{ELU}\big(\Vert_{h=1}^{8} \textstyle\sum_{j \in N(i) \cup \{i\}} \alpha^h_{ij} W^h x_j\big),
         \qquad z_i = \textstyle\sum_{j} \alpha_{ij} W x^{(1)}_j
 
-    The first layer's input projection ``X W`` is computed outside ``GATConv`` with the cached sparse
-    transpose (the costly part on CPU); the attention itself is torch_geometric's ``GATConv``.
+    The first layer's input projection ``X W`` is computed outside the attention layer with the cached
+    sparse transpose (the costly part on CPU). ``attention`` picks the attention layer
+    (:data:`ATTENTION_KERNELS`); both draw the same initial weights and dropout masks from the global
+    generator, so from one seed they take the same training steps up to floating-point rounding.
     """
 
-    def __init__(self, in_channels: int, num_classes: int, hidden: int = 8, heads: int = 8, dropout: float = 0.5):
+    def __init__(self, in_channels: int, num_classes: int, hidden: int = 8, heads: int = 8, dropout: float = 0.5,
+                 attention: str = DEFAULT_ATTENTION):
         super().__init__()
+        if attention not in ATTENTION_KERNELS:
+            raise ValueError(f"unknown attention kernel {attention!r}; valid: {', '.join(ATTENTION_KERNELS)}")
         self.dropout = dropout
+        self.attention = attention
         self.weight1 = nn.Parameter(glorot_(torch.empty(in_channels, heads * hidden)))
-        self.conv1 = GATConv(heads * hidden, hidden, heads=heads, dropout=dropout, concat=True, add_self_loops=False)
+        layer = functools.partial(GATConv, add_self_loops=False) if attention == "pyg" else GraphAttention
+        self.conv1 = layer(heads * hidden, hidden, heads=heads, dropout=dropout, concat=True)
         self.conv1.lin = nn.Identity()  # projection done by weight1 above
-        self.conv2 = GATConv(hidden * heads, num_classes, heads=1, dropout=dropout, concat=False, add_self_loops=False)
+        self.conv2 = layer(hidden * heads, num_classes, heads=1, dropout=dropout, concat=False)
 
     @staticmethod
-    def prepare_graph(edge_index: Tensor, num_nodes: int) -> Tensor:
+    def prepare_graph(edge_index: Tensor, num_nodes: int, attention: str = DEFAULT_ATTENTION) -> Tensor | AttentionGraph:
+        """The graph with self-loops on every node (once, instead of every forward), as the ``edge_index``
+        ``GATConv`` takes or, for the "csr" kernel, with its CSR structure built."""
         edge_index, _ = remove_self_loops(edge_index)
-        return add_self_loops(edge_index, num_nodes=num_nodes)[0]  # once, instead of every forward
+        edge_index = add_self_loops(edge_index, num_nodes=num_nodes)[0]
+        return edge_index if attention == "pyg" else AttentionGraph.from_edge_index(edge_index, num_nodes)
 
-    def forward(self, x: SparseOperand, edge_index: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, x: SparseOperand, graph: Tensor | AttentionGraph) -> tuple[Tensor, Tensor]:
+        """``graph``: :meth:`prepare_graph`'s result (either form works with either kernel; the "csr" kernel
+        builds the CSR structure of a bare ``edge_index`` on every call)."""
+        if self.attention == "pyg" and isinstance(graph, AttentionGraph):
+            graph = graph.edge_index
+        elif self.attention == "csr" and not isinstance(graph, AttentionGraph):
+            graph = AttentionGraph.from_edge_index(graph, x.matrix.size(0))
         projected = x.dropout(self.dropout, self.training).matmul(self.weight1)  # [N, heads * hidden]
-        hidden = F.elu(self.conv1(projected, edge_index))  # [N, heads * hidden]
-        logits = self.conv2(fast_dropout(hidden, self.dropout, self.training), edge_index)  # [N, K]
+        hidden = F.elu(self.conv1(projected, graph))  # [N, heads * hidden]
+        logits = self.conv2(fast_dropout(hidden, self.dropout, self.training), graph)  # [N, K]
         return logits, hidden
 
 

@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from simcalib.backbones.models import BACKBONES
+from simcalib.backbones.models import ATTENTION_KERNELS, BACKBONES, DEFAULT_ATTENTION
 from simcalib.backbones.sparse import SparseOperand
 from simcalib.data.loading import GraphData
-from simcalib.errors import TrainingDivergedError, resolve_name
+from simcalib.errors import ConfigError, TrainingDivergedError, resolve_name
 from simcalib.seeding import seed_everything
 
 
@@ -32,9 +32,22 @@ class BackboneConfig:
     max_epochs: int = 2000
     patience: int = 100
     dropout: float = 0.5
+    # GAT's attention kernel (simcalib.backbones.models.ATTENTION_KERNELS); a backbone without attention keeps
+    # the default, so the option never changes a GCN's identity. Enters the cache key only when not the default.
+    attention: str = DEFAULT_ATTENTION
 
     def __post_init__(self):
         object.__setattr__(self, "name", backbone_name(self.name))
+        object.__setattr__(self, "attention", str(self.attention).strip().lower())
+        if self.attention not in ATTENTION_KERNELS:
+            raise ConfigError(f"unknown attention kernel {self.attention!r}; valid attention kernels are: "
+                              f"{', '.join(ATTENTION_KERNELS)}")
+        if self.name != "GAT":
+            object.__setattr__(self, "attention", DEFAULT_ATTENTION)
+
+    def model_options(self) -> dict:
+        """Keyword arguments of the backbone's constructor and ``prepare_graph`` beyond the graph's sizes."""
+        return {"attention": self.attention} if self.name == "GAT" else {}
 
 
 @dataclass
@@ -61,11 +74,12 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     return torch.device(device)
 
 
-def graph_inputs(data: GraphData, backbone: str, device: torch.device):
+def graph_inputs(data: GraphData, backbone: str, device: torch.device, **options):
     """(features, graph) in the fastest layout measured on CPU: sparse CSR features with a cached
-    transpose, a sparse normalised adjacency for GCN and an ``edge_index`` with self-loops for GAT."""
+    transpose, a sparse normalised adjacency for GCN and an ``edge_index`` with self-loops for GAT (with
+    ``attention="csr"``: its CSR structure, :class:`~simcalib.backbones.gat_attention.AttentionGraph`)."""
     x = SparseOperand.from_csr(data.x).to(device)
-    adj = BACKBONES[backbone].prepare_graph(data.edge_index, data.num_nodes)
+    adj = BACKBONES[backbone].prepare_graph(data.edge_index, data.num_nodes, **options)
     return x, adj.to(device)
 
 
@@ -81,9 +95,9 @@ def train_backbone(
     device = resolve_device(device)
     seed_everything(seed)
     model_cls = BACKBONES[config.name]
-    model = model_cls(data.num_features, data.num_classes, dropout=config.dropout).to(device)
+    model = model_cls(data.num_features, data.num_classes, dropout=config.dropout, **config.model_options()).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    x, adj = graph_inputs(data, config.name, device)
+    x, adj = graph_inputs(data, config.name, device, **config.model_options())
     y = data.y.to(device)
     train_idx, val_idx = train_idx.to(device), val_idx.to(device)
 

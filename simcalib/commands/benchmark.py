@@ -72,6 +72,10 @@ def register(sub) -> None:
                        help="a results.csv (e.g. committed under reports/) whose rows for these runs are copied "
                             "into OUT/results.csv first, so they are not computed again")
     bench.add_argument("--max-epochs", type=int, default=None, help="cap backbone epochs (quick checks only; the protocol uses 2000)")
+    bench.add_argument("--attention", choices=["pyg", "csr"], default=None,
+                       help="GAT's attention kernel: pyg (torch_geometric's GATConv, the default and that of every "
+                            "committed result) or csr (the same equations and random draws without per-edge feature "
+                            "tensors, faster on large graphs on CPU; cached as another backbone). Per-run trainer only")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_data_options(bench)
     bench.set_defaults(func=run)
@@ -115,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     for key, default in (("batch_runs", False), ("batch_calibrators", False), ("models_per_batch", None)):
         if getattr(args, key) is None:  # not on the command line, which wins over the study file
             setattr(args, key, getattr(study.spec.runs, key) if study else default)
+    if args.attention not in (None, "pyg") and args.batch_runs:
+        raise ConfigError("--attention csr applies to backbones trained one run at a time; use --no-batch-runs")
     names = args.calibrators if args.calibrators is not None else (
         list(study_options) if study_options is not None else ["uncal", "ts", "vs", "ets"])
     calibrators = [canonical_calibrator(c) for c in names]  # validate names before any work

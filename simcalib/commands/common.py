@@ -32,10 +32,14 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
 
 def protocol_settings(args: argparse.Namespace, fold_rate: float = 0.05):
     """The :class:`~simcalib.protocol.ProtocolSettings` of a command's protocol options (seed, data, splits,
-    cache, device, ``--max-epochs``)."""
+    cache, device, ``--max-epochs``, ``--attention``)."""
+    from simcalib.backbones.models import DEFAULT_ATTENTION
     from simcalib.protocol import ProtocolSettings
 
     overrides = (("max_epochs", args.max_epochs),) if args.max_epochs else ()
+    attention = getattr(args, "attention", None)
+    if attention is not None and attention != DEFAULT_ATTENTION:  # the default adds nothing to the run's identity
+        overrides += (("attention", attention),)
     return ProtocolSettings(study_seed=args.seed, fold_rate=fold_rate, data_root=args.data_root,
                             mirror=args.data_mirror, splits_dir=args.splits_dir, cache_dir=args.cache_dir,
                             device=args.device, backbone_overrides=overrides,

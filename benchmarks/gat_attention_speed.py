@@ -1,0 +1,209 @@
+"""GAT epoch time and peak memory: the "csr" attention kernel against torch_geometric's ``GATConv`` ("pyg").
+
+For each dataset, one process builds both GAT backbones from the same seed (hence the same weights) on
+the same inputs and times, per repetition, one training step (forward, cross-entropy on 5% of the nodes,
+backward, Adam step) and one evaluation forward (``torch.no_grad``) of each kernel, alternating which
+kernel goes first, so that a change in the machine's load hits both alike. It prints the median and the
+range over the repetitions of the training step, the evaluation forward and their sum (one epoch of
+``train_backbone``), and the ratio of the medians (pyg / csr).
+
+Peak memory: each kernel trains a few epochs in a fresh child process of its own, which reports its peak
+resident set (VmHWM, and ``ru_maxrss``) after loading the graph and at the end, so the two peaks never mix.
+
+    python benchmarks/gat_attention_speed.py [--datasets Cora,Computers,Physics] [--repeats 9]
+        [--memory-epochs 3] [--threads 1] [--note "..."]
+
+Uses $SIMCALIB_DATA_MIRROR like the CLI. Timings depend on what else the machine is doing: the load
+average is printed before and after each dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+KERNELS = ("pyg", "csr")
+
+
+def _load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def _cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        return platform.processor() or "unknown CPU"
+
+
+def _peak_rss_mib() -> tuple[float, float]:
+    """(VmHWM, ru_maxrss) of this process in MiB. On Linux ``ru_maxrss`` starts, after ``exec``, at the
+    resident size of the process that started it, so a child's value is at least its parent's; VmHWM is
+    the child's own. The parent starts the children before it loads anything, so the two agree there."""
+    vm_hwm = float("nan")
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                vm_hwm = int(line.split()[1]) / 1024
+    return vm_hwm, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # both in KiB on Linux
+
+
+def _setup(dataset: str, kernel: str, seed: int = 0):
+    """(model, optimizer, x, graph, y, train_idx) of one GAT backbone on ``dataset``."""
+    import torch
+
+    from simcalib.backbones.models import GAT
+    from simcalib.backbones.training import graph_inputs
+    from simcalib.data import load_dataset
+
+    data = load_dataset(dataset)
+    torch.manual_seed(seed)
+    model = GAT(data.num_features, data.num_classes, attention=kernel)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    x, graph = graph_inputs(data, "GAT", torch.device("cpu"), attention=kernel)
+    train_idx = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(seed))[: data.num_nodes // 20]
+    return model, optimizer, x, graph, data.y, train_idx
+
+
+def _train_step(model, optimizer, x, graph, y, train_idx) -> float:
+    import torch.nn.functional as F
+
+    start = time.perf_counter()
+    model.train()
+    optimizer.zero_grad()
+    logits, _ = model(x, graph)
+    F.cross_entropy(logits[train_idx], y[train_idx]).backward()
+    optimizer.step()
+    return time.perf_counter() - start
+
+
+def _eval_forward(model, x, graph) -> float:
+    import torch
+
+    start = time.perf_counter()
+    model.eval()
+    with torch.no_grad():
+        model(x, graph)
+    return time.perf_counter() - start
+
+
+def _memory_child(dataset: str, kernel: str, epochs: int, threads: int) -> None:
+    """Runs in a child process: a few epochs of one kernel; prints its peak RSS as one JSON line."""
+    import torch
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(threads)
+    model, optimizer, x, graph, y, train_idx = _setup(dataset, kernel)
+    after_setup = _peak_rss_mib()[0]
+    for _ in range(epochs):
+        _train_step(model, optimizer, x, graph, y, train_idx)
+        _eval_forward(model, x, graph)
+    vm_hwm, maxrss = _peak_rss_mib()
+    print(json.dumps({"after_setup_mib": after_setup, "peak_mib": vm_hwm, "ru_maxrss_mib": maxrss}))
+
+
+def _peak_memory(dataset: str, kernel: str, epochs: int, threads: int) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--memory-child", dataset, kernel, "--memory-epochs", str(epochs),
+                          "--threads", str(threads)], capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _summary(seconds: list[float]) -> str:
+    ms = [s * 1e3 for s in seconds]
+    return f"{statistics.median(ms):8.1f} [{min(ms):6.1f}-{max(ms):6.1f}]"
+
+
+def _time_dataset(dataset: str, repeats: int) -> dict:
+    import torch
+
+    from simcalib.backbones.gat_attention import AttentionGraph
+
+    setups = {kernel: _setup(dataset, kernel) for kernel in KERNELS}
+    edge_index = setups["pyg"][3]
+    start = time.perf_counter()
+    AttentionGraph.from_edge_index(edge_index, setups["pyg"][4].numel())
+    structure_seconds = time.perf_counter() - start
+    with torch.no_grad():  # same seed, same weights: the two kernels compute the same model
+        model_pyg, model_csr = setups["pyg"][0].eval(), setups["csr"][0].eval()
+        x, graph_pyg, graph_csr = setups["pyg"][2], setups["pyg"][3], setups["csr"][3]
+        difference = (model_pyg(x, graph_pyg)[0] - model_csr(x, graph_csr)[0]).abs().max().item()
+    for kernel in KERNELS:  # warm-up: first-call allocations and library initialisation are not timed
+        model, optimizer, x, graph, y, train_idx = setups[kernel]
+        _train_step(model, optimizer, x, graph, y, train_idx)
+        _eval_forward(model, x, graph)
+    times = {kernel: {"train": [], "eval": [], "epoch": []} for kernel in KERNELS}
+    for rep in range(repeats):
+        for kernel in (KERNELS if rep % 2 == 0 else KERNELS[::-1]):
+            model, optimizer, x, graph, y, train_idx = setups[kernel]
+            train = _train_step(model, optimizer, x, graph, y, train_idx)
+            evaluation = _eval_forward(model, x, graph)
+            times[kernel]["train"].append(train)
+            times[kernel]["eval"].append(evaluation)
+            times[kernel]["epoch"].append(train + evaluation)
+    return {"times": times, "num_nodes": setups["pyg"][4].numel(), "num_edges": edge_index.size(1),
+            "difference": difference, "structure_seconds": structure_seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", default="Cora,Computers,Physics")
+    parser.add_argument("--repeats", type=int, default=9, help="timed epochs per kernel (alternating)")
+    parser.add_argument("--memory-epochs", type=int, default=3, help="epochs of each peak-memory child process")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory child processes")
+    parser.add_argument("--note", default="", help="a line about the machine's state, printed in the header")
+    parser.add_argument("--memory-child", nargs=2, metavar=("DATASET", "KERNEL"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        _memory_child(*args.memory_child, args.memory_epochs, args.threads)
+        return
+
+    datasets = args.datasets.split(",")
+    # Children first, while this process is small (see _peak_rss_mib).
+    peaks = {} if args.no_memory else {(d, k): _peak_memory(d, k, args.memory_epochs, args.threads)
+                                       for d in datasets for k in KERNELS}
+
+    import torch
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(args.threads)
+    print(f"# python benchmarks/gat_attention_speed.py {shlex.join(sys.argv[1:])}")
+    print(f"# {_cpu_model()}, {os.cpu_count()} cores; torch {torch.__version__}, {args.threads} torch thread(s); "
+          f"{time.strftime('%Y-%m-%d %H:%M %Z')}")
+    if args.note:
+        print(f"# {args.note}")
+    print("# times in ms: median [min-max] over the repetitions; ratio = pyg median / csr median")
+    for dataset in datasets:
+        load_before = _load()
+        result = _time_dataset(dataset, args.repeats)
+        times = result["times"]
+        print(f"\n{dataset} GAT: {result['num_nodes']} nodes, {result['num_edges']} edges with self-loops; "
+              f"{args.repeats} repetitions; load {load_before} -> {_load()}")
+        print(f"  eval logits max |pyg - csr| from the same seed: {result['difference']:.2e}; "
+              f"the csr kernel's graph structure built in {result['structure_seconds']:.2f} s (once per graph)")
+        print(f"  {'':18s}{'pyg':>24s}{'csr':>24s}{'ratio':>8s}")
+        for part, label in (("train", "train step"), ("eval", "eval forward"), ("epoch", "epoch (both)")):
+            ratio = statistics.median(times["pyg"][part]) / statistics.median(times["csr"][part])
+            print(f"  {label:18s}{_summary(times['pyg'][part]):>24s}{_summary(times['csr'][part]):>24s}{ratio:7.2f}x")
+        if peaks:
+            print(f"  peak RSS in MiB, {args.memory_epochs} epochs in a process of its own per kernel: VmHWM "
+                  "(ru_maxrss; after loading the graph and building the model in brackets)")
+            for kernel in KERNELS:
+                p = peaks[dataset, kernel]
+                print(f"    {kernel}: {p['peak_mib']:.0f} ({p['ru_maxrss_mib']:.0f}; [{p['after_setup_mib']:.0f}]), "
+                      f"training adds {p['peak_mib'] - p['after_setup_mib']:.0f}")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
