@@ -325,19 +325,24 @@ def similarity_groups(bins: pd.DataFrame, methods: Sequence[str] = SIMILARITY_ME
                 records.append({"dataset": key[0], "backbone": key[1], "split": key[2], "init": key[3],
                                 "fold": key[4], "group": g + 1, "calibrator": m,
                                 "mean_distance": float(b.distance[g]), "ece": b.ece(g),
-                                "t_feat": np.nan if b.t_feat is None else float(b.t_feat[g])})
+                                "t_feat": np.nan if b.t_feat is None else float(b.t_feat[g]),
+                                # relative to the run's mean (groups are equal-sized): the within-run trend
+                                "t_feat_relative": np.nan if b.t_feat is None else float(b.t_feat[g] / b.t_feat.mean())})
     return pd.DataFrame(records) if records else None
 
 
 def similarity_summary(groups: pd.DataFrame) -> pd.DataFrame:
     """Mean group ECE over runs and the improvement over UnCal, per (benchmark, group, method); for a method
     with a node-wise feature temperature (SimCalib), its group mean over the runs that recorded it."""
-    if "t_feat" not in groups.columns:
-        groups = groups.assign(t_feat=np.nan)
+    for column in ("t_feat", "t_feat_relative"):
+        if column not in groups.columns:
+            groups = groups.assign(**{column: np.nan})
     mean = groups.groupby(["dataset", "backbone", "group", "calibrator"], as_index=False).agg(
         ece=("ece", "mean"), ece_std=("ece", lambda s: float(np.std(s, ddof=0))), runs=("ece", "size"),
         mean_distance=("mean_distance", "mean"), t_feat=("t_feat", "mean"),
         t_feat_std=("t_feat", lambda s: float(np.nanstd(s)) if s.notna().any() else np.nan),
+        t_feat_relative=("t_feat_relative", "mean"),
+        t_feat_relative_std=("t_feat_relative", lambda s: float(np.nanstd(s)) if s.notna().any() else np.nan),
         t_feat_runs=("t_feat", "count"))
     uncal = mean[mean["calibrator"] == "UnCal"][["dataset", "backbone", "group", "ece"]].rename(columns={"ece": "uncal"})
     mean = mean.merge(uncal, on=["dataset", "backbone", "group"], how="left")
@@ -347,7 +352,8 @@ def similarity_summary(groups: pd.DataFrame) -> pd.DataFrame:
 
 def feature_similarity_figure(summary: pd.DataFrame, methods: Sequence[str] = SIMILARITY_METHODS) -> Figure:
     """Per benchmark two panels: group ECE and improvement over UnCal; below it SimCalib's feature temperature
-    T_feat per group (mean over runs, bars: std over runs), the mechanism that should make it differ from GATS."""
+    T_feat per group relative to its run's mean (mean over runs, bars: std over runs), the within-run trend
+    with the distance that should make SimCalib differ from GATS (the runs' own levels differ much more)."""
     benchmarks = sorted_benchmarks(zip(summary["dataset"], summary["backbone"]))
     fig, axes = _grid(len(benchmarks), 2, (4.6, 3.0))
     colors = _palette(methods)
@@ -372,7 +378,7 @@ def feature_similarity_figure(summary: pd.DataFrame, methods: Sequence[str] = SI
     fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small", frameon=False)
     _hide_unused(axes, len(benchmarks), 2)
     _suptitle(fig, "Feature similarity: group ECE (bars) and improvement over UnCal (dashed lines); below, "
-                   "SimCalib's feature temperature T_feat per group")
+                   "SimCalib's feature temperature T_feat per group relative to its run's mean")
     return fig
 
 
@@ -383,11 +389,15 @@ def _feature_temperature_panel(ax, panel: pd.DataFrame, color) -> None:
     if line.empty:
         _blank(ax, "T_feat per group not recorded\n(rows written before the figure data carried it)")
         return
-    ax.errorbar(line["group"], line["t_feat"], yerr=line["t_feat_std"], color=color, marker="o", capsize=3)
+    ax.errorbar(line["group"], line["t_feat_relative"], yerr=line["t_feat_relative_std"], color=color, marker="o",
+                capsize=3)
+    ax.axhline(1.0, color="black", linewidth=0.5)
     ax.set_xticks(sorted(line["group"].unique()))
     ax.set_xlabel("feature-distance group")
-    ax.set_ylabel("SimCalib T_feat")
-    ax.set_title(f"T_feat per group ({int(line['t_feat_runs'].min())} runs)", fontsize="small")
+    ax.set_ylabel("SimCalib T_feat / run mean")
+    low, high = line["t_feat"].min(), line["t_feat"].max()
+    ax.set_title(f"T_feat per group, relative ({int(line['t_feat_runs'].min())} runs; mean T_feat "
+                 f"{low:.2f}-{high:.2f})", fontsize="small")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -104,7 +104,8 @@ def test_the_feature_similarity_figure_shows_simcalib_feature_temperature_per_gr
     assert line["t_feat"].is_monotonic_increasing and (line["t_feat_runs"] == line["runs"]).all()
     assert summary[summary["calibrator"] == "UnCal"]["t_feat"].isna().all()
     fig = figures.feature_similarity_figure(summary)
-    drawn = [ax for ax in fig.axes if ax.get_visible() and ax.get_ylabel() == "SimCalib T_feat"]
+    assert line["t_feat_relative"].is_monotonic_increasing and line["t_feat_relative"].mean() == pytest.approx(1.0)
+    drawn = [ax for ax in fig.axes if ax.get_visible() and ax.get_ylabel() == "SimCalib T_feat / run mean"]
     assert len(drawn) == 1 and drawn[0].lines  # one benchmark with distances: one T_feat panel, with its line
 
 
