@@ -268,9 +268,9 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
     summary = figs.similarity_summary(groups) if groups is not None else None
     add("feature_similarity", "Feature similarity and calibration improvement",
         "Test nodes of each run in 5 equal groups by squared Mahalanobis distance to the nearest class prototype "
-        "(1 = closest): group ECE (bars) and improvement over UnCal (dashed); below, SimCalib's feature temperature "
-        "per group divided by its run's mean (runs whose rows record it; a branch that follows the distance "
-        "rises or falls across the groups); group ECEs and temperatures in figures/feature_similarity_groups.csv.", figs.feature_similarity_figure(summary) if summary is not None else None,
+        "(1 = closest): group ECE (bars) and improvement over UnCal (dashed); where rows record it, below, SimCalib's "
+        "feature temperature per group divided by its run's mean (a branch that follows the distance rises or falls "
+        "across the groups); group ECEs and temperatures in figures/feature_similarity_groups.csv.", figs.feature_similarity_figure(summary) if summary is not None else None,
         "not available: no run has UnCal, GATS and SimCalib predictions (or figure_bins) with feature distances")
     if summary is not None:
         folder.mkdir(parents=True, exist_ok=True)

@@ -355,13 +355,16 @@ def feature_similarity_figure(summary: pd.DataFrame, methods: Sequence[str] = SI
     T_feat per group relative to its run's mean (mean over runs, bars: std over runs), the within-run trend
     with the distance that should make SimCalib differ from GATS (the runs' own levels differ much more)."""
     benchmarks = sorted_benchmarks(zip(summary["dataset"], summary["backbone"]))
-    fig, axes = _grid(len(benchmarks), 2, (4.6, 3.0))
+    # the T_feat row only where some run recorded it (rows written before it have none)
+    rows = 2 if "t_feat" in summary.columns and summary["t_feat"].notna().any() else 1
+    fig, axes = _grid(len(benchmarks), rows, (4.6, 3.0 if rows == 2 else 3.5))
     colors = _palette(methods)
     for i, b in enumerate(benchmarks):
         block, col = divmod(i, PANEL_COLUMNS)
-        ax = axes[2 * block, col]
+        ax = axes[rows * block, col]
         panel = summary[(summary["dataset"] == b[0]) & (summary["backbone"] == b[1])]
-        _feature_temperature_panel(axes[2 * block + 1, col], panel, colors.get("SimCalib"))
+        if rows == 2:
+            _feature_temperature_panel(axes[2 * block + 1, col], panel, colors.get("SimCalib"))
         sns.barplot(data=panel, x="group", y="ece", hue="calibrator", hue_order=list(methods), palette=colors,
                     ax=ax, errorbar=None)
         for method in methods[1:]:  # improvements over UnCal as dashed lines (same % scale)
@@ -376,9 +379,9 @@ def feature_similarity_figure(summary: pd.DataFrame, methods: Sequence[str] = SI
         handles, labels = ax.get_legend_handles_labels()
         ax.get_legend().remove()
     fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small", frameon=False)
-    _hide_unused(axes, len(benchmarks), 2)
-    _suptitle(fig, "Feature similarity: group ECE (bars) and improvement over UnCal (dashed lines); below, "
-                   "SimCalib's feature temperature T_feat per group relative to its run's mean")
+    _hide_unused(axes, len(benchmarks), rows)
+    _suptitle(fig, "Feature similarity: group ECE (bars) and improvement over UnCal (dashed lines)" +
+              ("; below, SimCalib's feature temperature T_feat per group relative to its run's mean" if rows == 2 else ""))
     return fig
 
 

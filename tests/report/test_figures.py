@@ -160,3 +160,10 @@ def test_cost_points_are_the_median_fit_time_and_mean_ece_with_their_intervals()
     assert len(figure.axes[0].get_lines()) == 2 * 3  # TS and GATS: a point and two interval lines each
     uncal_only = pd.DataFrame([{**frame.reset_index().iloc[0].to_dict(), "calibrator": "UnCal"}])
     assert figures.cost_figure(uncal_only) is None  # UnCal fits nothing: not drawn against cost
+
+
+def test_without_recorded_feature_temperatures_the_figure_keeps_one_row_per_benchmark(synthetic_study):
+    bins = figures.figure_bins_frame(load_study_results(synthetic_study).main_predictions())
+    fig = figures.feature_similarity_figure(figures.similarity_summary(figures.similarity_groups(bins)))
+    assert not [ax for ax in fig.axes if ax.get_visible() and ax.get_ylabel() == "SimCalib T_feat / run mean"]
+    assert len([ax for ax in fig.axes if ax.get_visible()]) == 1  # one benchmark with distances, no empty panel
