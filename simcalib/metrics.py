@@ -61,10 +61,14 @@ class ReliabilityBins:
     count: np.ndarray  # [M]
 
 
+def _top_label(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(top-1 confidence, 1.0 where the top-1 class is the label) of every node."""
+    return probs.max(1), (probs.argmax(1) == labels).astype(np.float64)
+
+
 def reliability_bins(probs, labels, n_bins: int = N_BINS) -> ReliabilityBins:
     probs, labels = _as_numpy(probs, labels)
-    conf = probs.max(1)
-    correct = (probs.argmax(1) == labels).astype(np.float64)
+    conf, correct = _top_label(probs, labels)
     idx = bin_index(conf, n_bins)
     count = np.bincount(idx, minlength=n_bins).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -85,8 +89,7 @@ def _binned_gaps(conf: np.ndarray, correct: np.ndarray, idx: np.ndarray, n_bins:
 def ece(probs, labels, n_bins: int = N_BINS) -> float:
     """Expected calibration error with equal-width bins (fraction, not percent)."""
     probs, labels = _as_numpy(probs, labels)
-    conf = probs.max(1)
-    correct = (probs.argmax(1) == labels).astype(np.float64)
+    conf, correct = _top_label(probs, labels)
     gaps, count = _binned_gaps(conf, correct, bin_index(conf, n_bins), n_bins)
     return float((gaps * count).sum() / len(labels))
 
@@ -94,8 +97,7 @@ def ece(probs, labels, n_bins: int = N_BINS) -> float:
 def mce(probs, labels, n_bins: int = N_BINS) -> float:
     """Maximum calibration error: the largest |acc - conf| over non-empty equal-width bins."""
     probs, labels = _as_numpy(probs, labels)
-    conf = probs.max(1)
-    correct = (probs.argmax(1) == labels).astype(np.float64)
+    conf, correct = _top_label(probs, labels)
     gaps, _ = _binned_gaps(conf, correct, bin_index(conf, n_bins), n_bins)
     return float(gaps.max()) if len(gaps) else 0.0
 
@@ -103,8 +105,7 @@ def mce(probs, labels, n_bins: int = N_BINS) -> float:
 def ace(probs, labels, n_bins: int = N_BINS) -> float:
     """Adaptive ECE: ``n_bins`` equal-mass bins over the sorted top-1 confidences."""
     probs, labels = _as_numpy(probs, labels)
-    conf = probs.max(1)
-    correct = (probs.argmax(1) == labels).astype(np.float64)
+    conf, correct = _top_label(probs, labels)
     order = np.argsort(conf, kind="stable")
     idx = np.empty(len(conf), dtype=np.int64)
     for b, members in enumerate(np.array_split(order, n_bins)):
@@ -191,11 +192,6 @@ def brier(probs, labels) -> float:
 def accuracy(probs, labels) -> float:
     probs, labels = _as_numpy(probs, labels)
     return float((probs.argmax(1) == labels).mean())
-
-
-def _top_label(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(top-1 confidence, 1.0 where the top-1 class is the label) of every node."""
-    return probs.max(1), (probs.argmax(1) == labels).astype(np.float64)
 
 
 def smooth_ece(probs, labels) -> float:
