@@ -7,7 +7,10 @@ applies to them, the folder lock its writers hold, and a fault hook for tests.
   (the node indices of its split's folds and test set), ``data_digest`` (the processed graph) and
   ``split_source`` (``fixed:<file>`` or ``generated``). :func:`check_append` refuses to add runs to a file
   whose rows of the same split, dataset or run were computed on another definition; rows written before
-  these columns existed have them empty, which counts as unknown (never refused).
+  these columns existed have them empty, which counts as unknown (never refused). ``backbone_options`` names
+  the backbone's settings beyond the dataset's defaults (``default``, or e.g. ``attention=csr``); a file
+  refuses rows of one benchmark trained under other settings than its rows (another kernel trains another
+  backbone, so its rows would mix silently).
 * **One writer per folder.** :func:`results_lock` holds ``<folder>/.simcalib.lock`` (``fcntl.flock``, with the
   owner's pid, host and command written inside) for as long as a command writes there. A second command on
   the same folder fails with a line naming the holder, or waits with ``--wait``. The kernel drops the lock of
@@ -40,6 +43,7 @@ import pandas as pd
 from simcalib.errors import ConfigError, DataCorruptError, SimCalibError
 
 DEFINITION_COLUMNS = ["split_digest", "data_digest", "split_source"]
+BACKBONE_OPTIONS_COLUMN = "backbone_options"
 # A run's rows are identified by these (the seed follows from them under one study seed).
 RUN_KEY = ["dataset", "backbone", "calibrator", "split", "init", "fold", "label_rate"]
 LOCK_NAME = ".simcalib.lock"
@@ -82,11 +86,12 @@ def check_append(existing: pd.DataFrame, planned: Sequence[dict], path: Path, re
     (unknown) digests in ``existing`` are not compared."""
     if existing.empty or not planned:
         return
-    splits, data, seeds = {}, {}, {}
+    splits, data, seeds, benchmarks = {}, {}, {}, {}
     for run in planned:
         rate = _rate(run["label_rate"])
         splits[(run["dataset"], int(run["split"]), rate)] = run
         data[run["dataset"]] = run
+        benchmarks[(run["dataset"], run["backbone"])] = run
         seeds[(run["dataset"], run["backbone"], int(run["split"]), int(run["init"]), int(run["fold"]), rate)] = run
     conflicts: list[str] = []
     columns = set(existing.columns)
@@ -108,6 +113,12 @@ def check_append(existing: pd.DataFrame, planned: Sequence[dict], path: Path, re
                 and str(row["data_digest"]) != ours["data_digest"]:
             conflicts.append(f"{_run_tag(row)} was computed on another processed graph of {row['dataset']} "
                              f"(data_digest {row['data_digest']}, here {ours['data_digest']})")
+            continue
+        ours = benchmarks.get((row["dataset"], row["backbone"]))
+        if ours is not None and _known(row.get(BACKBONE_OPTIONS_COLUMN)) and BACKBONE_OPTIONS_COLUMN in ours \
+                and str(row[BACKBONE_OPTIONS_COLUMN]) != ours[BACKBONE_OPTIONS_COLUMN]:
+            conflicts.append(f"{_run_tag(row)} was computed on a backbone trained under other settings "
+                             f"(backbone_options {row[BACKBONE_OPTIONS_COLUMN]}, here {ours[BACKBONE_OPTIONS_COLUMN]})")
             continue
         try:
             ours = seeds.get((row["dataset"], row["backbone"], split, int(row["init"]), int(row["fold"]), rate))
@@ -156,8 +167,10 @@ def check_results(frame: pd.DataFrame, where: str, dedupe: bool = False,
         raise DataCorruptError(f"{where}: {int(keyed.duplicated(subset=RUN_KEY).sum())} result row(s) repeat a "
                                f"run{files} ({_keys_text(keyed[repeated])}); a run counted twice would bias every "
                                f"mean and test: {hint}")
-    for column, group, what in (("split_digest", ["dataset", "split", "label_rate"], "split"),
-                                ("data_digest", ["dataset"], "dataset")):
+    for column, group, what, see in (("split_digest", ["dataset", "split", "label_rate"], "split", "split_source"),
+                                     ("data_digest", ["dataset"], "dataset", "split_source"),
+                                     (BACKBONE_OPTIONS_COLUMN, ["dataset", "backbone"], "benchmark",
+                                      BACKBONE_OPTIONS_COLUMN)):
         if column not in keyed.columns:
             continue
         known = keyed[[_known(v) for v in keyed[column]]]
@@ -167,9 +180,9 @@ def check_results(frame: pd.DataFrame, where: str, dedupe: bool = False,
         mixed = counts[counts > 1]
         if len(mixed):
             names = ", ".join(" ".join(str(v) for v in (k if isinstance(k, tuple) else (k,))) for k in mixed.index[:6])
-            raise DataCorruptError(f"{where}: rows of one {what} were computed on different {column}s ({names}); "
+            raise DataCorruptError(f"{where}: rows of one {what} were computed on different {column} values ({names}); "
                                    f"they are not one protocol: keep the rows of one {what} definition (see the "
-                                   "split_source column) or put the others in another folder")
+                                   f"{see} column) or put the others in another folder")
     return frame
 
 
@@ -287,5 +300,5 @@ def finished_run() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-__all__ = ["DEFINITION_COLUMNS", "FAULT_ENV", "LOCK_NAME", "RUN_KEY", "ResultsLockedError", "ResultsWriteError",
+__all__ = ["BACKBONE_OPTIONS_COLUMN", "DEFINITION_COLUMNS", "FAULT_ENV", "LOCK_NAME", "RUN_KEY", "ResultsLockedError", "ResultsWriteError",
            "check_append", "check_results", "finished_run", "results_lock", "write_error"]

@@ -156,7 +156,21 @@ def run_definition(run: Run, settings: ProtocolSettings) -> dict[str, str]:
         digest = graph_digest(graph)
         graph._simcalib_digest = digest
     split = run_split(run, settings, graph)
-    return {"split_digest": split_digest(split), "data_digest": digest, "split_source": split_source_label(split)}
+    return {"split_digest": split_digest(split), "data_digest": digest, "split_source": split_source_label(split),
+            "backbone_options": backbone_options(run, settings)}
+
+
+def backbone_options(run: Run, settings: ProtocolSettings) -> str:
+    """The backbone settings of ``run`` that differ from its dataset's defaults, as ``key=value`` joined by
+    ``;`` (e.g. ``attention=csr`` for GAT's CSR kernel, ``trainer=batched``), or ``default``. Two backbones
+    trained under other settings are other backbones, so rows record this beside ``backbone_digest``."""
+    config = backbone_config(run, settings)
+    reference = backbone_config(run, ProtocolSettings())
+    changed = [f"{f.name}={getattr(config, f.name)}" for f in dataclasses.fields(config)
+               if getattr(config, f.name) != getattr(reference, f.name)]
+    if settings.batch_runs:
+        changed.append(f"trainer={TRAINER}")
+    return ";".join(changed) or "default"
 
 
 def describe_split_sources(dataset: str, splits: Iterable[int], settings: ProtocolSettings) -> str:
@@ -570,7 +584,7 @@ def _run_benchmark_locked(request, settings, out_dir: Path, calibrators, save_pr
 
 
 __all__ = [
-    "BenchmarkRequest", "FittedCalibrator", "ProtocolSettings", "Run", "backbone_config", "backbone_digest",
+    "BenchmarkRequest", "FittedCalibrator", "ProtocolSettings", "Run", "backbone_config", "backbone_digest", "backbone_options",
     "calibration_graph", "describe_split_sources", "evaluate_calibrator", "fit_calibrator",
     "fit_calibrator_across_runs", "fits_across_runs", "load_graph", "make_runs", "planned_runs", "run_benchmark",
     "run_definition", "run_split", "run_split_sources", "save_predictions", "train_run_backbone",

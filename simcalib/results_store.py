@@ -19,7 +19,13 @@ import numpy as np
 import pandas as pd
 
 from simcalib.errors import ConfigError
-from simcalib.integrity import DEFINITION_COLUMNS, check_append, check_results, write_error
+from simcalib.integrity import (
+    BACKBONE_OPTIONS_COLUMN,
+    DEFINITION_COLUMNS,
+    check_append,
+    check_results,
+    write_error,
+)
 from simcalib.metrics import BASE_METRIC_NAMES, ESTIMATOR_NAMES, METRIC_NAMES
 
 KEY_COLUMNS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
@@ -35,8 +41,10 @@ AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_s
 # (unknown) in rows written before they existed.
 # ESTIMATOR_NAMES (simcalib.metrics): estimators beside the binned metrics, last, where appending a row to a
 # file written before them puts them (append_rows widens its header); such rows read them as missing (NaN).
+# BACKBONE_OPTIONS_COLUMN (simcalib.integrity): the backbone's non-default settings (e.g. GAT's attention kernel),
+# last for the same reason; empty (unknown) in rows written before it existed.
 RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *BASE_METRIC_NAMES, "fit_seconds", "label_rate", *AUDIT_COLUMNS,
-                  "backbone_digest", "figure_bins", *DEFINITION_COLUMNS, *ESTIMATOR_NAMES]
+                  "backbone_digest", "figure_bins", *DEFINITION_COLUMNS, *ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN]
 
 
 def _complete_length(data: bytes) -> int:

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from simcalib.errors import ConfigError
-from simcalib.integrity import DEFINITION_COLUMNS
+from simcalib.integrity import BACKBONE_OPTIONS_COLUMN, DEFINITION_COLUMNS
 from simcalib.metrics import ESTIMATOR_NAMES
 from simcalib.protocol import (
     BenchmarkRequest,
@@ -157,14 +157,14 @@ def test_simcalib_figure_data_carries_its_feature_temperature_per_distance_group
 
 def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_row(tmp_path):
     path = tmp_path / "results.csv"
-    later = ("backbone_digest", "figure_bins", *DEFINITION_COLUMNS, *ESTIMATOR_NAMES)
+    later = ("backbone_digest", "figure_bins", *DEFINITION_COLUMNS, *ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN)
     old_columns = [c for c in RESULT_COLUMNS if c not in AUDIT_COLUMNS and c not in later]
     old = pd.DataFrame([{c: 1 for c in old_columns}])
     old.to_csv(path, index=False)
     audit = {c: None for c in AUDIT_COLUMNS} | {"w": 0.8, "t": 0.5}  # as evaluate_calibrator writes it
     definition = {"split_digest": "00000000000000aa", "data_digest": "00000000000000bb", "split_source": "generated"}
     append_rows(path, [{**{c: 2 for c in old_columns}, **audit, "backbone_digest": "0123456789abcdef", "figure_bins": None,
-                        **definition, **{m: 0.5 for m in ESTIMATOR_NAMES}}])
+                        **definition, **{m: 0.5 for m in ESTIMATOR_NAMES}, BACKBONE_OPTIONS_COLUMN: "default"}])
     both = pd.read_csv(path)
     assert list(both.columns[:len(RESULT_COLUMNS)]) == RESULT_COLUMNS and len(both) == 2
     assert both["ece"].tolist() == [1, 2] and pd.isna(both.loc[0, "w"]) and both.loc[1, "w"] == 0.8
@@ -172,11 +172,11 @@ def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_r
 
 def test_a_results_file_from_before_the_estimator_columns_reads_them_as_missing_never_as_zero(tmp_path):
     path = tmp_path / "results.csv"
-    old_columns = [c for c in RESULT_COLUMNS if c not in ESTIMATOR_NAMES]
+    old_columns = [c for c in RESULT_COLUMNS if c not in (*ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN)]
     pd.DataFrame([{c: 1 for c in old_columns}]).to_csv(path, index=False)
     summary = summarize(read_results(path))
     assert summary["ece_mean"].tolist() == [1] and summary[[f"{m}_mean" for m in ESTIMATOR_NAMES]].isna().all(None)
-    append_rows(path, [{**{c: 2 for c in old_columns}, **{m: 0.5 for m in ESTIMATOR_NAMES}}])
+    append_rows(path, [{**{c: 2 for c in old_columns}, **{m: 0.5 for m in ESTIMATOR_NAMES}, BACKBONE_OPTIONS_COLUMN: "default"}])
     both = pd.read_csv(path)
     assert list(both.columns) == RESULT_COLUMNS  # widened at the end, where a file written with them has them
     assert both.loc[0, list(ESTIMATOR_NAMES)].isna().all() and (both.loc[1, list(ESTIMATOR_NAMES)] == 0.5).all()
@@ -353,6 +353,37 @@ def test_rows_record_their_run_definition_and_a_resume_on_other_splits_is_refuse
         run_benchmark(more, settings, out)
     frame.drop(columns=DEFINITION_COLUMNS).to_csv(out / "results.csv", index=False)  # a file from before the columns
     assert len(run_benchmark(more, settings, out)) == 2  # unknown definitions are not refused
+
+
+def test_rows_name_the_backbone_settings_and_a_results_file_never_mixes_attention_kernels(settings, tmp_path):
+    import dataclasses
+
+    from simcalib.errors import DataCorruptError
+    from simcalib.integrity import check_results
+    from simcalib.protocol import backbone_options
+
+    assert backbone_options(Run("Cora", "GAT", 0, 0, 0), ProtocolSettings()) == "default"
+    batched = ProtocolSettings(batch_runs=True, backbone_overrides=(("attention", "pyg"),))
+    assert backbone_options(Run("Cora", "GAT", 0, 0, 0), batched) == "trainer=batched"
+    csr = dataclasses.replace(settings, backbone_overrides=(*settings.backbone_overrides, ("attention", "csr")))
+    assert backbone_options(Run("Cora", "GCN", 0, 0, 0), csr) == "max_epochs=15"  # a GCN has no attention
+    request = BenchmarkRequest("cora", "GAT", ["uncal"], splits=[0], inits=[0], folds=[0])
+    out = tmp_path / "out"
+    assert run_benchmark(request, settings, out).iloc[0][BACKBONE_OPTIONS_COLUMN] == "max_epochs=15"
+    before = (out / "results.csv").read_bytes()
+    more = BenchmarkRequest("cora", "GAT", ["uncal"], splits=[0], inits=[0, 1], folds=[0])
+    with pytest.raises(ConfigError, match=r"Cora GAT s0 i0 f0 \(label rate 0.15\) was computed on a backbone trained "
+                                          r"under other settings \(backbone_options max_epochs=15, here "
+                                          r"max_epochs=15;attention=csr\)"):
+        run_benchmark(more, csr, out)
+    assert (out / "results.csv").read_bytes() == before
+    elsewhere = run_benchmark(request, csr, tmp_path / "csr")
+    assert elsewhere.iloc[0][BACKBONE_OPTIONS_COLUMN] == "max_epochs=15;attention=csr"
+    mixed = pd.concat([pd.read_csv(out / "results.csv"), elsewhere.assign(init=1)], ignore_index=True)
+    with pytest.raises(DataCorruptError, match="rows of one benchmark were computed on different backbone_options values "
+                                               r"\(Cora GAT\).*see the backbone_options column"):
+        check_results(mixed, "mixed")
+    assert len(check_results(mixed.drop(index=0), "one kernel")) == 1
 
 
 def test_a_results_file_that_repeats_a_run_is_not_resumed(settings, tmp_path):

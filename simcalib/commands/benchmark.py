@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from simcalib.commands.common import (
+    add_attention_option,
     add_data_options,
     count_or_list,
     csv_list,
@@ -72,10 +73,7 @@ def register(sub) -> None:
                        help="a results.csv (e.g. committed under reports/) whose rows for these runs are copied "
                             "into OUT/results.csv first, so they are not computed again")
     bench.add_argument("--max-epochs", type=int, default=None, help="cap backbone epochs (quick checks only; the protocol uses 2000)")
-    bench.add_argument("--attention", choices=["pyg", "csr"], default=None,
-                       help="GAT's attention kernel: pyg (torch_geometric's GATConv, the default and that of every "
-                            "committed result) or csr (the same equations and random draws without per-edge feature "
-                            "tensors, faster on large graphs on CPU; cached as another backbone). Per-run trainer only")
+    add_attention_option(bench)  # per-run trainer only
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_data_options(bench)
     bench.set_defaults(func=run)

@@ -30,16 +30,27 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-mirror", help="offline mirror in torch_geometric's raw layout (default: $SIMCALIB_DATA_MIRROR)")
 
 
+def add_attention_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--attention", choices=["pyg", "csr"], default=None,
+                        help="GAT's attention kernel: pyg (torch_geometric's GATConv, the default) or csr (the same "
+                             "equations and random draws without per-edge feature tensors, faster on large graphs on "
+                             "CPU; cached as another backbone, recorded in the rows' backbone_options)")
+
+
+def attention_overrides(args: argparse.Namespace) -> tuple[tuple[str, object], ...]:
+    """The backbone override of ``--attention``; none for the default, which adds nothing to a run's identity."""
+    from simcalib.backbones.models import DEFAULT_ATTENTION
+
+    attention = getattr(args, "attention", None)
+    return (("attention", attention),) if attention is not None and attention != DEFAULT_ATTENTION else ()
+
+
 def protocol_settings(args: argparse.Namespace, fold_rate: float = 0.05):
     """The :class:`~simcalib.protocol.ProtocolSettings` of a command's protocol options (seed, data, splits,
     cache, device, ``--max-epochs``, ``--attention``)."""
-    from simcalib.backbones.models import DEFAULT_ATTENTION
     from simcalib.protocol import ProtocolSettings
 
-    overrides = (("max_epochs", args.max_epochs),) if args.max_epochs else ()
-    attention = getattr(args, "attention", None)
-    if attention is not None and attention != DEFAULT_ATTENTION:  # the default adds nothing to the run's identity
-        overrides += (("attention", attention),)
+    overrides = ((("max_epochs", args.max_epochs),) if args.max_epochs else ()) + attention_overrides(args)
     return ProtocolSettings(study_seed=args.seed, fold_rate=fold_rate, data_root=args.data_root,
                             mirror=args.data_mirror, splits_dir=args.splits_dir, cache_dir=args.cache_dir,
                             device=args.device, backbone_overrides=overrides,

@@ -6,7 +6,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simcalib.commands.common import add_data_options, count_or_list
+from simcalib.commands.common import (
+    add_attention_option,
+    add_data_options,
+    attention_overrides,
+    count_or_list,
+)
 
 SCORE_COLUMNS = ["train_nll", "train_ece", "crossfit_nll", "crossfit_ece", "test_nll", "test_ece", "t_ratio"]
 
@@ -24,6 +29,7 @@ def register(sub) -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (part of a backbone's cache identity; 1 as `benchmark --workers`)")
     parser.add_argument("--out", default=None, help="write the per-run scores to OUT/<Dataset>_<Backbone>.csv")
+    add_attention_option(parser)
     add_data_options(parser)
     parser.set_defaults(func=run)
 
@@ -35,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.feature_signal import oracle_scores
     from simcalib.protocol import (
         ProtocolSettings,
+        backbone_options,
         calibration_graph,
         load_graph,
         make_runs,
@@ -43,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.similarity import nearest_prototype_distance
 
     torch.set_num_threads(args.threads)
-    settings = ProtocolSettings(data_root=args.data_root, mirror=args.data_mirror)
+    settings = ProtocolSettings(data_root=args.data_root, mirror=args.data_mirror,
+                                backbone_overrides=attention_overrides(args))
     rows = []
     for run in make_runs(args.dataset, args.backbone, args.splits, args.inits, args.folds):
         output = train_run_backbone(run, settings)
@@ -54,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         for score in oracle_scores(output.logits, labels, distance, graph.train_idx, graph.cal_idx,
                                    torch.from_numpy(test_idx)):
             rows.append({"dataset": run.dataset, "backbone": run.backbone, "split": run.split, "init": run.init,
-                         "fold": run.fold, **score})
+                         "fold": run.fold, **score, "backbone_options": backbone_options(run, settings)})
     frame = pd.DataFrame(rows)
     summary = frame.groupby("map", sort=False)[SCORE_COLUMNS].mean()
     print(f"{run.dataset} {run.backbone}: mean over {len(frame) // summary.shape[0]} runs (ECE in %)")

@@ -62,13 +62,13 @@ def test_one_split_under_two_digests_is_refused_and_rows_without_digests_load(tm
     assert len(load_study_results(tmp_path).rows) == 12  # one digest per split: fine
     frame.loc[(frame["split"] == 1) & (frame["init"] == 0) & (frame["fold"] == 2), "split_digest"] = "dddd"
     frame.to_csv(path, index=False)
-    with pytest.raises(DataCorruptError, match="rows of one split were computed on different split_digests "
+    with pytest.raises(DataCorruptError, match="rows of one split were computed on different split_digest values "
                                                r"\(Cora 1 0.15\)"):
         load_study_results(tmp_path)
     frame["split_digest"] = "aaaa"
     frame.loc[0, "data_digest"] = "eeee"
     frame.to_csv(path, index=False)
-    with pytest.raises(DataCorruptError, match="different data_digests"):
+    with pytest.raises(DataCorruptError, match="different data_digest values"):
         load_study_results(tmp_path)
 
 
