@@ -335,3 +335,32 @@ def test_gets_uses_the_gets_configs_per_dataset_and_rejects_bad_options():
     assert build_calibrator("GETS", 7, "Cora", "GAT").lr == pytest.approx(0.001)
     with pytest.raises(ConfigError, match="top_k"):
         build_calibrator("GETS", 3, top_k=8)
+
+
+# ------------------------------------------------------------------------------- node-wise fitting path
+
+
+@pytest.mark.parametrize("name", ["OrderInvariant", "Dirichlet"])
+def test_a_nodewise_calibrator_fitted_on_the_labelled_rows_equals_its_fit_on_the_whole_graph(name):
+    """The node-wise path cuts the graph to the fit and early-stopping rows (their logits alone); with
+    explicit nodes (early stopping on part of the training folds) it must fit what the same rule fits on the
+    whole graph, and stopping on other nodes must change the fit (else the comparison could not fail)."""
+    from simcalib.calibrators.base import Calibrator
+
+    graph = overconfident_graph()
+    fit_idx, stop_idx = graph.cal_idx[:250], graph.train_idx[:150]  # not the defaults
+
+    def fitted(whole_graph: bool, stop: torch.Tensor) -> torch.Tensor:
+        seed_everything(0)
+        model = build_calibrator(name, graph.num_classes)
+        if not whole_graph:
+            model.fit(graph, fit_idx, stop)
+        elif name == "Dirichlet":  # its own rule, given the whole graph
+            model.fit_labelled(graph, fit_idx, stop)
+        else:
+            Calibrator.fit(model, graph, fit_idx, stop)
+        return model.predict_proba(graph)
+
+    cut = fitted(False, stop_idx)
+    torch.testing.assert_close(cut, fitted(True, stop_idx), rtol=1e-5, atol=1e-6)
+    assert (cut - fitted(False, fit_idx)).abs().max() > 1e-4  # early stopping on the fit nodes is another fit
