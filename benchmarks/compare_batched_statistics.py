@@ -56,9 +56,15 @@ def main() -> None:
     parser.add_argument("per_run")
     parser.add_argument("--metrics", default="ece,accuracy")
     parser.add_argument("--names", default="batched,per_run", help="labels of the two files' columns")
+    parser.add_argument("--calibrators", default=None,
+                        help="compare only these (comma-separated), e.g. those defined alike in both files")
     args = parser.parse_args()
     first, second = args.names.split(",")
-    table = compare(pd.read_csv(args.batched), pd.read_csv(args.per_run), args.metrics.split(","))
+    frames = [pd.read_csv(path) for path in (args.batched, args.per_run)]
+    if args.calibrators:
+        keep = args.calibrators.split(",")
+        frames = [frame[frame["calibrator"].isin(keep)] for frame in frames]
+    table = compare(*frames, args.metrics.split(","))
     table = table.rename(columns={"batched": first, "per_run": second})
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
