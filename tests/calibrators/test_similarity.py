@@ -192,3 +192,43 @@ def test_simcalibs_prototypes_never_read_the_calibration_folds_labels():
     labels[graph.cal_idx] = HIDDEN_LABEL  # even hidden: SimCalib never asks for them
     hidden = CalibrationGraph(graph.logits, graph.hidden, graph.edge_index, labels, graph.train_idx, graph.cal_idx)
     assert torch.equal(feature_temperature_of(graph), feature_temperature_of(hidden))
+
+
+def test_a_class_with_one_labelled_node_has_that_node_as_its_prototype():
+    hidden = torch.randn(13, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([0, 1] * 6 + [2])  # class 2: the last node alone
+    distances = mahalanobis_to_prototypes(hidden, labels, torch.arange(13), num_classes=3)
+    assert torch.isfinite(distances).all() and distances[12, 2] == 0.0
+
+
+def test_prototype_labels_outside_the_classes_and_no_labelled_nodes_are_refused_by_name():
+    hidden, labels = torch.randn(6, 2), torch.tensor([0, 1, 2, 0, 1, 2])
+    with pytest.raises(ConfigError, match=r"must lie in 0\.\.1; hidden \(-1\) labels cannot define a prototype"):
+        mahalanobis_to_prototypes(hidden, labels, torch.arange(6), num_classes=2)  # label 2 == num_classes
+    with pytest.raises(ConfigError, match="feature similarity needs labelled nodes to build class prototypes; "
+                                          "none were given"):
+        mahalanobis_to_prototypes(hidden, labels, torch.arange(0), num_classes=3)
+
+
+def test_nearest_prototype_distance_passes_its_ridge_on():
+    from simcalib.similarity import DEFAULT_RIDGE, nearest_prototype_distance
+
+    rng = np.random.default_rng(2)
+    hidden, labels = torch.tensor(rng.normal(size=(40, 4))), torch.tensor(np.arange(40) % 2)
+    nodes = torch.arange(5, 25)
+    ridge = DEFAULT_RIDGE * 100 + 0.5
+    got = nearest_prototype_distance(hidden, labels, torch.arange(40), 2, nodes, ridge=ridge)
+    want = mahalanobis_to_prototypes(hidden, labels, torch.arange(40), 2, ridge=ridge)[nodes].amin(dim=1)
+    assert torch.equal(got, want)
+    assert not torch.allclose(got, nearest_prototype_distance(hidden, labels, torch.arange(40), 2, nodes))
+
+
+def test_spearman_needs_three_values_and_reads_ties_as_mean_ranks():
+    from scipy import stats
+
+    from simcalib.similarity import spearman
+
+    assert spearman(torch.tensor([1.0, 2.0]), torch.tensor([2.0, 1.0])) is None
+    assert spearman(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([3.0, 1.0, 2.0])) == pytest.approx(-0.5)
+    a, b = torch.tensor([1.0, 1.0, 2.0, 3.0, 3.0, 3.0]), torch.tensor([0.5, 0.1, 0.7, 0.2, 0.9, 0.9])
+    assert spearman(a, b) == pytest.approx(stats.spearmanr(a.numpy(), b.numpy()).statistic)
