@@ -115,3 +115,61 @@ def test_the_audit_reports_the_temperatures_on_the_nodes_it_is_given():
     assert row["t_feat_std"] == pytest.approx(float(t_feat.std(unbiased=False)), rel=1e-5)
     assert row["t_move_std"] == pytest.approx(float(t_move.std(unbiased=False)), rel=1e-5)
     assert row["t_feat_std"] > 1e-3 and row["t_move_std"] > 1e-3  # node-wise, not one value for all
+
+
+def test_the_default_stops_on_half_of_the_calibration_fold_and_never_on_the_nodes_passed_to_stop_on():
+    """SimCalib's default (``stopping="holdout"``) early-stops on a per-class half of the fit nodes, so the
+    stopping nodes it is given do not change its fit; ``stopping="train"`` stops on them (the control)."""
+    graph, between = two_kinds_of_nodes()
+    other_stop = graph.train_idx[~between[graph.train_idx]]  # training nodes on their prototypes only
+
+    def fit(stop_idx, **options):
+        seed_everything(0)
+        model = build_calibrator("SimCalib", graph.num_classes, **{**QUICK, "max_epochs": 200, "patience": 5, **options})
+        return model.fit(graph, stop_idx=stop_idx).predict_proba(graph)
+
+    assert torch.equal(fit(None), fit(other_stop))
+    assert not torch.equal(fit(None, stopping="train"), fit(other_stop, stopping="train"))
+
+
+def test_the_anchored_feature_temperature_is_t0_exp_c_tanh_of_g_feat_over_c():
+    graph = tiny_graph()
+    model = fitted(graph, feature_bound=0.5)
+    with torch.no_grad():
+        for parameter in model.feature_gnn.parameters():  # away from the fit's near-zero output
+            parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(1)))
+        inputs, _ = model._feature_inputs(graph, None)
+        raw = model.feature_gnn(inputs, None)  # [P, N, 1]
+        want = model.log_anchor.exp() * torch.exp(0.5 * torch.tanh(raw / 0.5))
+        got = model.grid_feature_temperature(graph)
+    assert raw.abs().max() > 0.1  # G_feat moved off zero, so the form is tested, not only T_0
+    torch.testing.assert_close(got, want)
+
+
+def test_weight_decay_falls_on_weight_matrices_and_attention_vectors_only_by_default():
+    model = build_calibrator("SimCalib", 3, feat_gnn="gat")
+    decayed, free = (set(map(id, group["params"])) for group in model.parameter_groups())
+    names = {id(p): n for n, p in model.named_parameters() if p.requires_grad}
+    decayed_names, free_names = sorted(names[i] for i in decayed), sorted(names[i] for i in free)
+    assert decayed_names and free_names
+    assert all(n.rsplit(".", 1)[-1].startswith(("weight", "att_")) or n.endswith("_weight") for n in decayed_names)
+    assert any(".att_" in n for n in decayed_names)  # GAT attention vectors, nested names included
+    assert all("bias" in n or "log_" in n for n in free_names), free_names
+    every = build_calibrator("SimCalib", 3, feat_gnn="gat", decay="all").parameter_groups()
+    assert len(every[1]["params"]) == 0 and len(every[0]["params"]) == len(names)
+
+
+def test_simcalibs_defaults_are_the_documented_ones():
+    """Each default defines the study's SimCalib; changing one silently would change every committed number."""
+    import inspect
+
+    from simcalib.calibrators.simcalib import SimCalib
+
+    defaults = {name: p.default for name, p in inspect.signature(SimCalib.__init__).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    expected = {"feat_heads": 1, "init_temperature": 1.0, "feature_bound": 1.0, "movement_bias": 1.0,
+                "homophily": True, "eta_offset": 1.0, "self_loops": True, "negative_slope": 0.2,
+                "stopping": "holdout", "decay": "weights", "feature_temperature": "anchored", "covariance_ridge": 0.0,
+                "standardize_similarity": True, "relative_degree": True, "unreachable_hops": None,
+                "feature_input": "mahalanobis", "w_grid": (0.6, 0.8, 0.9), "t_grid": (0.3, 0.5, 1.0)}
+    assert {k: defaults[k] for k in expected} == expected
