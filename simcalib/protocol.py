@@ -46,7 +46,7 @@ from simcalib.data import GraphData, get_spec, graph_digest, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.executor import Counted, in_processes
 from simcalib.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
-from simcalib.integrity import finished_run, results_lock
+from simcalib.integrity import BACKBONE_OPTIONS_COLUMN, finished_run, results_lock
 from simcalib.metrics import compute_metrics
 from simcalib.results_store import (
     AUDIT_COLUMNS,
@@ -157,7 +157,7 @@ def run_definition(run: Run, settings: ProtocolSettings) -> dict[str, str]:
         graph._simcalib_digest = digest
     split = run_split(run, settings, graph)
     return {"split_digest": split_digest(split), "data_digest": digest, "split_source": split_source_label(split),
-            "backbone_options": backbone_options(run, settings)}
+            BACKBONE_OPTIONS_COLUMN: backbone_options(run, settings)}
 
 
 def backbone_options(run: Run, settings: ProtocolSettings) -> str:

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from simcalib.feature_signal import oracle_scores
+    from simcalib.integrity import BACKBONE_OPTIONS_COLUMN
     from simcalib.protocol import (
         ProtocolSettings,
         backbone_options,
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         for score in oracle_scores(output.logits, labels, distance, graph.train_idx, graph.cal_idx,
                                    torch.from_numpy(test_idx)):
             rows.append({"dataset": run.dataset, "backbone": run.backbone, "split": run.split, "init": run.init,
-                         "fold": run.fold, **score, "backbone_options": backbone_options(run, settings)})
+                         "fold": run.fold, **score, BACKBONE_OPTIONS_COLUMN: backbone_options(run, settings)})
     frame = pd.DataFrame(rows)
     summary = frame.groupby("map", sort=False)[SCORE_COLUMNS].mean()
     print(f"{run.dataset} {run.backbone}: mean over {len(frame) // summary.shape[0]} runs (ECE in %)")

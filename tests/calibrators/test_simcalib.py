@@ -160,7 +160,8 @@ def test_weight_decay_falls_on_weight_matrices_and_attention_vectors_only_by_def
 
 
 def test_simcalibs_defaults_are_the_documented_ones():
-    """Each default defines the study's SimCalib; changing one silently would change every committed number."""
+    """Each default defines the study's SimCalib (the choices and their evidence: docs/decisions.md); changing
+    one silently would change every committed number."""
     import inspect
 
     from simcalib.calibrators.simcalib import SimCalib
