@@ -124,7 +124,10 @@ def test_the_shipped_study_files():
     names = [c.name for c in paper.calibrators]
     assert names == ["UnCal", "TS", "VS", "ETS", "CaGCN", "GATS", "SimCalib",
                      "SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n"]
-    assert [c.name for c in offline.calibrators] == [*names[:7], "SimCalib_decay_all", *names[7:]]
+    assert [c.name for c in offline.calibrators] == [*names[:7], "SimCalib_decay_all", *names[7:], "Dirichlet", "IRM",
+                                                     "Spline", "OrderInvariant", "GETS"]
+    # one kernel for the headline's GAT backbones, also for Table 4's sweep that sits beside them
+    assert offline.spec.backbone == load_study(STUDY_DIR / "offline_table4.yaml").spec.backbone == {"attention": "csr"}
 
 
 def test_a_list_of_label_rates_plans_every_benchmark_at_each_rate(tmp_path, mirror_dir):

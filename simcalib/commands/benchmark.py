@@ -117,8 +117,10 @@ def run(args: argparse.Namespace) -> int:
     for key, default in (("batch_runs", False), ("batch_calibrators", False), ("models_per_batch", None)):
         if getattr(args, key) is None:  # not on the command line, which wins over the study file
             setattr(args, key, getattr(study.spec.runs, key) if study else default)
-    if args.attention not in (None, "pyg") and args.batch_runs:
-        raise ConfigError("--attention csr applies to backbones trained one run at a time; use --no-batch-runs")
+    attention = args.attention or (study.spec.backbone.get("attention") if study else None)
+    if attention not in (None, "pyg") and args.batch_runs:
+        raise ConfigError("--attention csr (or a study's backbone: {attention: csr}) applies to backbones trained "
+                          "one run at a time; use --no-batch-runs")
     names = args.calibrators if args.calibrators is not None else (
         list(study_options) if study_options is not None else ["uncal", "ts", "vs", "ets"])
     calibrators = [canonical_calibrator(c) for c in names]  # validate names before any work
@@ -128,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         if c not in options and CALIBRATORS[c].tuned_from is not None:
             options[c] = load_tuned_params(dataset, backbone, CALIBRATORS[c].tuned_from, tuned_dir)
     fold_rate = 0.05 if args.label_rate is None else args.label_rate / 3
-    settings = protocol_settings(args, fold_rate)
+    settings = protocol_settings(args, fold_rate, study.spec.backbone if study else None)
     out = Path(args.out or f"results/{dataset}_{backbone}")
     request = BenchmarkRequest(dataset, backbone, calibrators, args.splits, args.inits, args.folds,
                                calibrator_options=options)

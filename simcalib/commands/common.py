@@ -37,20 +37,29 @@ def add_attention_option(parser: argparse.ArgumentParser) -> None:
                              "CPU; cached as another backbone, recorded in the rows' backbone_options)")
 
 
+def _default_attention() -> str:
+    from simcalib.backbones.models import DEFAULT_ATTENTION  # here, so parsing arguments does not load torch
+
+    return DEFAULT_ATTENTION
+
+
 def attention_overrides(args: argparse.Namespace) -> tuple[tuple[str, object], ...]:
     """The backbone override of ``--attention``; none for the default, which adds nothing to a run's identity."""
-    from simcalib.backbones.models import DEFAULT_ATTENTION
-
     attention = getattr(args, "attention", None)
-    return (("attention", attention),) if attention is not None and attention != DEFAULT_ATTENTION else ()
+    return (("attention", attention),) if attention is not None and attention != _default_attention() else ()
 
 
-def protocol_settings(args: argparse.Namespace, fold_rate: float = 0.05):
+def protocol_settings(args: argparse.Namespace, fold_rate: float = 0.05, study_backbone: dict | None = None):
     """The :class:`~simcalib.protocol.ProtocolSettings` of a command's protocol options (seed, data, splits,
-    cache, device, ``--max-epochs``, ``--attention``)."""
+    cache, device, ``--max-epochs``, ``--attention``). ``study_backbone``: a study file's ``backbone:``
+    overrides, which the command line's win over (``--attention pyg`` included)."""
     from simcalib.protocol import ProtocolSettings
 
-    overrides = ((("max_epochs", args.max_epochs),) if args.max_epochs else ()) + attention_overrides(args)
+    command_line = {"max_epochs": args.max_epochs or None, "attention": getattr(args, "attention", None)}
+    merged = {**(study_backbone or {}), **{k: v for k, v in command_line.items() if v is not None}}
+    if merged.get("attention") == _default_attention():  # the default adds nothing to a run's settings
+        del merged["attention"]
+    overrides = tuple(sorted(merged.items()))
     return ProtocolSettings(study_seed=args.seed, fold_rate=fold_rate, data_root=args.data_root,
                             mirror=args.data_mirror, splits_dir=args.splits_dir, cache_dir=args.cache_dir,
                             device=args.device, backbone_overrides=overrides,
