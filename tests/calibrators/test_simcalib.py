@@ -174,3 +174,51 @@ def test_simcalibs_defaults_are_the_documented_ones():
                 "standardize_similarity": True, "relative_degree": True, "unreachable_hops": None,
                 "feature_input": "mahalanobis", "w_grid": (0.6, 0.8, 0.9), "t_grid": (0.3, 0.5, 1.0)}
     assert {k: defaults[k] for k in expected} == expected
+
+
+def test_the_similarity_input_is_standardised_per_coordinate():
+    """G_feat reads s with each class coordinate at mean 0 and std 1 over the nodes, not one std for all."""
+    graph = tiny_graph()
+    model = build_calibrator("SimCalib", graph.num_classes)
+    seen = []
+    prepare = model.feature_gnn.prepare
+    model.feature_gnn.prepare = lambda s, *rest: seen.append(s) or prepare(s, *rest)
+    model.compute_inputs(graph)
+    (s,) = seen
+    torch.testing.assert_close(s.mean(dim=0), torch.zeros(graph.num_classes), atol=1e-5, rtol=0)
+    torch.testing.assert_close(s.std(dim=0), torch.ones(graph.num_classes), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("self_loops,homophily", [(True, True), (False, True), (True, False), (False, False)])
+def test_the_movement_messages_follow_the_self_loop_and_homophily_options(self_loops, homophily):
+    """m_i = sum_j alpha_ij eta_j ((d_i+1)/(d_j+1))^t sort(z_j) over the edges the options name, alpha uniform
+    without the homophily term: SimCalib's messages equal the composition of the movement functions (each
+    tested on its own in test_similarity) under the options it was given."""
+    from simcalib.calibrators.layers import SortedEdges, edges_with_self_loops
+    from simcalib.calibrators.movement import (eta_from_hops, homophily_attention, logit_products, minmax_rows,
+                                               movement_messages)
+
+    graph = tiny_graph()
+    model = build_calibrator("SimCalib", graph.num_classes, self_loops=self_loops, homophily=homophily)
+    got = model.compute_inputs(graph).messages  # [P, N, K]
+    edges = SortedEdges(edges_with_self_loops(graph.edge_index, graph.num_nodes, self_loops), graph.num_nodes)
+    eta = eta_from_hops(graph.hops_to_train())
+    alpha = homophily_attention(logit_products(graph.logits, edges), eta, edges, 0.2, homophily)
+    sorted_logits = minmax_rows(graph.logits).sort(dim=1).values
+    want = torch.stack([movement_messages(sorted_logits, alpha, eta, graph.degree(), edges, t) for _, t in model.points])
+    torch.testing.assert_close(got, want)
+    other = build_calibrator("SimCalib", graph.num_classes, self_loops=not self_loops, homophily=not homophily)
+    assert (other.compute_inputs(graph).messages - got).abs().max() > 1e-3  # the options change the messages
+
+
+def test_unit_losses_score_the_labels_they_are_given():
+    """The grid's NLL against the labels passed (e.g. another fold's), not the graph's own."""
+    graph = tiny_graph()
+    model = fitted(graph)
+    nodes = graph.cal_idx
+    other = (graph.labels + 1) % graph.num_classes
+    with torch.no_grad():
+        log_probs = model.grid_log_probs(graph, nodes)  # [P, n, K]
+        own, shifted = model.unit_losses(graph, nodes, graph.labels), model.unit_losses(graph, nodes, other)
+    torch.testing.assert_close(own, -log_probs.gather(2, graph.labels[nodes].expand(len(own), -1)[..., None]).squeeze(2).mean(1))
+    torch.testing.assert_close(shifted, -log_probs.gather(2, other[nodes].expand(len(own), -1)[..., None]).squeeze(2).mean(1))
