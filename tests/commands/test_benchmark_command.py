@@ -11,6 +11,8 @@ import time
 import pandas as pd
 import pytest
 
+from synthetic_graphs import write_amazon_mirror
+
 from simcalib.splits import CHECKOUT_SPLITS
 
 
@@ -62,8 +64,24 @@ with results_lock(sys.argv[1], command="holder"):
 """
 
 
-def _small(tmp_path, out: str, *extra: str, cache: str = "cache") -> list[str]:
-    return [sys.executable, "-m", "simcalib.cli", "benchmark", "--dataset", "cora", "--backbone", "gcn",
+@pytest.fixture(scope="module")
+def generated_mirror(tmp_path_factory):
+    """A generated graph laid out as the mirror's Photo, so the resume and lock checks run without ../shared."""
+    folder = tmp_path_factory.mktemp("generated-mirror")
+    write_amazon_mirror(folder, "Photo")
+    return folder
+
+
+GENERATED = ("--generated-splits", "--splits-dir", "none")  # its splits: drawn from the seed
+
+
+def _generated(tmp_path, out: str, *extra: str, cache: str = "cache") -> list[str]:
+    """``simcalib benchmark`` of 3 runs (6 rows) on the generated Photo."""
+    return _small(tmp_path, out, *GENERATED, *extra, cache=cache, dataset="photo")
+
+
+def _small(tmp_path, out: str, *extra: str, cache: str = "cache", dataset: str = "cora") -> list[str]:
+    return [sys.executable, "-m", "simcalib.cli", "benchmark", "--dataset", dataset, "--backbone", "gcn",
             "--calibrators", "uncal,ts", "--splits", "1", "--inits", "1", "--max-epochs", "10", "--threads", "1",
             "--no-progress", "--out", str(tmp_path / out), "--data-root", str(tmp_path / "data"),
             "--cache-dir", str(tmp_path / cache), *extra]
@@ -77,15 +95,15 @@ def _env(mirror_dir, splits_dir=None, **extra) -> dict:
     return env
 
 
-def test_killed_after_a_run_and_resumed_gives_the_rows_of_an_uninterrupted_run(tmp_path, mirror_dir, splits_dir):
-    killed = subprocess.run(_small(tmp_path, "killed"), env=_env(mirror_dir, splits_dir, SIMCALIB_FAULT_KILL_AFTER="1"),
+def test_killed_after_a_run_and_resumed_gives_the_rows_of_an_uninterrupted_run(tmp_path, generated_mirror):
+    killed = subprocess.run(_generated(tmp_path, "killed"), env=_env(generated_mirror, SIMCALIB_FAULT_KILL_AFTER="1"),
                             capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert len(pd.read_csv(tmp_path / "killed" / "results.csv")) == 2  # the first run's two rows, nothing else
-    resumed = subprocess.run(_small(tmp_path, "killed"), env=_env(mirror_dir, splits_dir), capture_output=True,
+    resumed = subprocess.run(_generated(tmp_path, "killed"), env=_env(generated_mirror), capture_output=True,
                              text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    reference = subprocess.run(_small(tmp_path, "reference", cache="cache-reference"), env=_env(mirror_dir, splits_dir),
+    reference = subprocess.run(_generated(tmp_path, "reference", cache="cache-reference"), env=_env(generated_mirror),
                                capture_output=True, text=True, timeout=300)
     assert reference.returncode == 0, reference.stderr
     got, want = (pd.read_csv(tmp_path / d / "results.csv") for d in ("killed", "reference"))
@@ -115,16 +133,16 @@ def test_from_a_plain_shell_the_paper_splits_are_used_and_said_and_another_sourc
     assert (tmp_path / "x" / "results.csv").read_bytes() == results
 
 
-def test_a_second_invocation_on_one_folder_is_refused_or_waits(tmp_path, mirror_dir, splits_dir):
+def test_a_second_invocation_on_one_folder_is_refused_or_waits(tmp_path, generated_mirror):
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path / "x")], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        refused = subprocess.run(_small(tmp_path, "x"), env=_env(mirror_dir, splits_dir), capture_output=True,
+        refused = subprocess.run(_generated(tmp_path, "x"), env=_env(generated_mirror), capture_output=True,
                                  text=True, timeout=300)
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1
         assert f"is being written by pid {holder.pid} on " in refused.stderr and "--wait" in refused.stderr
         assert not (tmp_path / "x" / "results.csv").exists()
-        waiting = subprocess.Popen(_small(tmp_path, "x", "--wait"), env=_env(mirror_dir, splits_dir),
+        waiting = subprocess.Popen(_generated(tmp_path, "x", "--wait"), env=_env(generated_mirror),
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert waiting.stderr.readline().startswith(f"waiting for pid {holder.pid} ")
         holder.kill()  # the holder goes (killed, as the worst case): the waiting command takes over and runs
@@ -136,9 +154,9 @@ def test_a_second_invocation_on_one_folder_is_refused_or_waits(tmp_path, mirror_
     assert len(pd.read_csv(tmp_path / "x" / "results.csv")) == 6
 
 
-def test_the_same_command_started_twice_at_once_writes_every_run_once(tmp_path, mirror_dir, splits_dir):
-    env = _env(mirror_dir, splits_dir)
-    both = [subprocess.Popen(_small(tmp_path, "x"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def test_the_same_command_started_twice_at_once_writes_every_run_once(tmp_path, generated_mirror):
+    env = _env(generated_mirror)
+    both = [subprocess.Popen(_generated(tmp_path, "x"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for _ in range(2)]
     outcomes = [(process.wait(timeout=300), process.stderr.read()) for process in both]
     for code, stderr in outcomes:  # one runs, the other is refused (or, had the first finished, finds all done)
@@ -148,18 +166,17 @@ def test_the_same_command_started_twice_at_once_writes_every_run_once(tmp_path, 
 
 
 @pytest.mark.slow  # 13 CLI runs: ~2.5 min on the shared 2-core machine
-def test_killed_at_several_points_with_one_and_two_workers_resumes_to_the_uninterrupted_rows(tmp_path, mirror_dir,
-                                                                                            splits_dir):
-    env = _env(mirror_dir, splits_dir)
+def test_killed_at_several_points_with_one_and_two_workers_resumes_to_the_uninterrupted_rows(tmp_path, generated_mirror):
+    env = _env(generated_mirror)
     key = ["calibrator", "split", "init", "fold"]
-    reference = subprocess.run(_small(tmp_path, "reference", "--inits", "2", cache="cache-reference"), env=env,
+    reference = subprocess.run(_generated(tmp_path, "reference", "--inits", "2", cache="cache-reference"), env=env,
                                capture_output=True, text=True, timeout=600)
     assert reference.returncode == 0, reference.stderr
     want = pd.read_csv(tmp_path / "reference" / "results.csv").sort_values(key).reset_index(drop=True)
     for workers in ("1", "2"):
         for after in (1, 3, 5):
             name = f"killed-w{workers}-n{after}"
-            command = _small(tmp_path, name, "--inits", "2", "--workers", workers, cache=f"cache-{name}")
+            command = _generated(tmp_path, name, "--inits", "2", "--workers", workers, cache=f"cache-{name}")
             if workers == "2":  # each worker process runs one torch thread already
                 del command[command.index("--threads"):command.index("--threads") + 2]
             killed = subprocess.run(command, env={**env, "SIMCALIB_FAULT_KILL_AFTER": str(after)},
