@@ -20,7 +20,8 @@ from simcalib.backbones.training import graph_inputs
 from simcalib.errors import ConfigError
 
 N = 40
-LAYERS = [(8, 8, True), (1, 5, False)]  # (heads, out_channels, concat): GAT's first and output layers
+# (heads, out_channels, concat): GAT's first and output layers, and heads averaged (the layer's other output)
+LAYERS = [(8, 8, True), (1, 5, False), (3, 4, False)]
 
 
 def awkward_graph(prepared: bool) -> torch.Tensor:
@@ -95,6 +96,8 @@ def test_parameters_have_gatconvs_names_shapes_and_initial_values():
         for name, value in ref_state.items():
             assert torch.equal(state[name], value), name
         ours.load_state_dict(ref_state, strict=True)
+    without_bias = GraphAttention(16, 8, heads=8, bias=False)
+    assert without_bias.bias is None and "bias" not in without_bias.state_dict()
     torch.manual_seed(7)
     GATConv(16, 8, heads=8, add_self_loops=False)
     after_reference = torch.rand(3)
