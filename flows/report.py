@@ -59,6 +59,7 @@ def render(study, paper, table_set, sig, figure_set, theory_result, out_dir: str
 
     blocks = build.assemble(study, paper, table_set, sig, figure_set, theory_result, Path(out_dir), title)
     md, _ = write_report(blocks, Path(out_dir), title)
+    build.write_summary_file(study, table_set, sig, Path(out_dir))
     return str(md)
 
 

@@ -68,7 +68,11 @@ def study_output(path: Path) -> tuple[Path, str]:
     return study.output, study.name
 
 
-MANIFEST_KEYS = {"results", "out", "title", "splits", "data_efficiency", "pinned_figures"}
+MANIFEST_KEYS = {"results", "out", "title", "splits", "data_efficiency", "pinned_figures", "summary_in"}
+
+
+def _as_list(value) -> list:
+    return [] if value is None else value if isinstance(value, list) else [value]
 
 
 def read_manifest(path: str | os.PathLike) -> list[dict]:
@@ -76,8 +80,12 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
     (optional)}, paths relative to the working directory (the project root); ``results`` is one folder or a
     list of folders read as one; ``data_efficiency`` names the folder(s) of a label-rate sweep drawn as the
     data-efficiency figure (kept apart so that its runs at 15% do not replace the tables' runs);
-    ``pinned_figures`` lists figure stems kept from the earlier rendering even where they could be redrawn."""
+    ``pinned_figures`` lists figure stems kept from the earlier rendering even where they could be redrawn;
+    ``summary_in`` names Markdown files whose summary block of this report (markers of
+    :mod:`simcalib.report.summary`) is replaced by the new ``summary.md``."""
     import yaml
+
+    from simcalib.report.summary import BEGIN, END
 
     path = Path(path)
     if not path.is_file():
@@ -88,7 +96,13 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict) or not {"results", "out", "title"} <= set(entry) or set(entry) - MANIFEST_KEYS:
             raise ConfigError(f"{path}: entry {index} must have the keys results, out, title (and optionally "
-                              f"splits, data_efficiency, pinned_figures), got {entry!r}")
+                              f"splits, data_efficiency, pinned_figures, summary_in), got {entry!r}")
+        for target in _as_list(entry.get("summary_in")):
+            if not isinstance(target, str) or not Path(target).is_file():
+                raise DataMissingError(f"{path}: entry {index}: summary_in file {target!r} does not exist")
+            if BEGIN.format(out=entry["out"]) not in Path(target).read_text():
+                raise ConfigError(f"{path}: entry {index}: {target} has no summary block for {entry['out']}; put "
+                                  f"the two lines {BEGIN.format(out=entry['out'])!r} and {END!r} where it goes")
         for key in ("results", "data_efficiency"):
             folders = entry.get(key) or []
             for folder in folders if isinstance(folders, list) else [folders]:
@@ -100,14 +114,18 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
 
 def run_every(args: argparse.Namespace) -> int:
     from simcalib.report import build_report
+    from simcalib.report.summary import embed_summary
 
     command = f"`make report` (= `simcalib report --every {args.every}`)"
     for entry in read_manifest(args.every):
-        md = build_report(entry["results"], entry["out"], args.paper_dir, entry["title"], args.theory_reps, args.seed,
-                          splits=entry.get("splits"), keep_figures=True, regenerate=command,
-                          data_efficiency=entry.get("data_efficiency"),
-                          pinned_figures=entry.get("pinned_figures") or ()).report_md
-        print(f"report: {md}", flush=True)
+        outputs = build_report(entry["results"], entry["out"], args.paper_dir, entry["title"], args.theory_reps,
+                               args.seed, splits=entry.get("splits"), keep_figures=True, regenerate=command,
+                               data_efficiency=entry.get("data_efficiency"),
+                               pinned_figures=entry.get("pinned_figures") or ())
+        print(f"report: {outputs.report_md}", flush=True)
+        for target in _as_list(entry.get("summary_in")):
+            embed_summary(target, entry["out"], outputs.summary_md.read_text())
+            print(f"summary: {target}", flush=True)
     return 0
 
 

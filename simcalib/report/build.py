@@ -39,6 +39,7 @@ from simcalib.report.render import (
     write_report,
 )
 from simcalib.report.results import StudyResults, load_study_results, select_splits
+from simcalib.report.summary import constant_branch_means, summary_blocks, summary_frame, write_summary
 from simcalib.report.tables import (
     ABLATION_METHODS,
     CI_LABEL,
@@ -154,6 +155,7 @@ REPORT_PAIRS: tuple[tuple[str, str], ...] = (
     ("SimCalib", "GATS"), ("SimCalib_separate", "GATS"), ("SimCalib", "SimCalib_separate"),
     ("SimCalib", "SimCalib_stop_nll"), ("SimCalib_stop_nll", "GATS"),
     ("SimCalib_tuned", "GATS_tuned"), ("SimCalib_tuned", "SimCalib"), ("GATS_tuned", "GATS"),
+    ("SimCalib", "SimCalib_decay_all"), ("SimCalib_decay_all", "GATS"),
     *((m, "SimCalib") for m in ABLATION_METHODS if m != "SimCalib"),
     *((m, ref) for m in EXTRA_CALIBRATORS for ref in ("GATS", "SimCalib")),
 )
@@ -591,10 +593,21 @@ def theory_blocks(result: TheoryResult, out_dir: Path) -> list[Block]:
     ]
 
 
+def report_summary(study: StudyResults, tables: TableSet, sig: Significance) -> list[Block]:
+    """The summary table and the paper's test (:mod:`simcalib.report.summary`), read from the tables and tests."""
+    return summary_blocks(summary_frame(tables, sig, constant_branch_means(study.main_rows())), sig)
+
+
+def write_summary_file(study: StudyResults, tables: TableSet, sig: Significance, out_dir: Path) -> Path:
+    """``summary.md``: the report's summary alone, for a README to embed (``summary_in`` of a manifest entry)."""
+    return write_summary(report_summary(study, tables, sig), Path(out_dir))
+
+
 def assemble(study: StudyResults, paper: PaperTables, tables: TableSet, sig: Significance, figures: FigureSet,
              theory_result: TheoryResult, out_dir: Path, title: str, regenerate: str | None = None) -> list[Block]:
     out_dir = Path(out_dir)
-    return [*overview_blocks(study, paper, title, regenerate), *table_blocks(tables, split_evidence(study.main_rows())),
+    return [*overview_blocks(study, paper, title, regenerate), Heading(2, "Summary"), *report_summary(study, tables, sig),
+            *table_blocks(tables, split_evidence(study.main_rows())),
             *grid_choice_blocks(study),
             *significance_blocks(sig),
             *figure_blocks(figures, out_dir), *theory_blocks(theory_result, out_dir)]
@@ -605,6 +618,7 @@ class ReportOutputs:
     folder: Path
     report_md: Path
     report_html: Path
+    summary_md: Path  # the summary table alone, for embedding (summary.embed_summary)
     files: list[Path]
     significance: Significance
     theory_table: pd.DataFrame
@@ -633,14 +647,16 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
     files += [p for e in figures.entries for p in e.paths]
     theory_result = run_theory(out_dir, theory_reps, seed, theory_grid)
     files += theory_result.paths
+    summary = write_summary_file(study, tables, sig, out_dir)
+    files.append(summary)
     if title is None:
         name = Path(results_dir).name if isinstance(results_dir, (str, os.PathLike)) else "several folders"
         title = f"SimCalib study report: {name}"
     md, page = write_report(assemble(study, paper, tables, sig, figures, theory_result, out_dir, title, regenerate),
                             out_dir, title)
-    return ReportOutputs(out_dir, md, page, [md, page, *files], sig, theory_result.table)
+    return ReportOutputs(out_dir, md, page, summary, [md, page, *files], sig, theory_result.table)
 
 
 __all__ = ["FigureSet", "ReportOutputs", "Significance", "TableSet", "TheoryResult", "assemble", "build_report",
-           "build_tables", "compute_significance", "load_inputs", "make_figures", "run_theory", "write_significance",
-           "write_tables"]
+           "build_tables", "compute_significance", "load_inputs", "make_figures", "report_summary", "run_theory",
+           "write_significance", "write_summary_file", "write_tables"]

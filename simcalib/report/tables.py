@@ -37,6 +37,8 @@ BACKBONE_ORDER = ("GCN", "GAT")
 MAIN_METHODS = ("UnCal", "TS", "VS", "ETS", "CaGCN", "GATS", "SimCalib")
 # SimCalib's objectives (joint: the paper's; separate: branches alone) and tuned settings, beside the baselines
 VARIANT_METHODS = ("TS", "GATS", "GATS_tuned", "SimCalib", "SimCalib_stop_nll", "SimCalib_separate", "SimCalib_tuned")
+# SimCalib's node-wise feature branch (the default) beside the constant one it replaced, on the same backbones.
+FEATURE_BRANCH_METHODS = ("TS", "GATS", "SimCalib_decay_all", "SimCalib")
 # The calibrators beyond the paper's seven, shown beside them in tables of their own.
 EXTRA_CALIBRATORS = ("Dirichlet", "IRM", "Spline", "OrderInvariant", "GETS")
 EXTRA_METHODS = MAIN_METHODS + EXTRA_CALIBRATORS
@@ -85,6 +87,10 @@ TABLE_SPECS: tuple[TableSpec, ...] = (
               "table4"),
     TableSpec("simcalib_variants_ece", "ECE (%) of SimCalib's objectives and tuned settings beside TS and GATS",
               "ece", VARIANT_METHODS),
+    TableSpec("feature_branch_ece", "ECE (%) of SimCalib with its node-wise feature branch (the default) and with "
+              "one feature temperature per run (SimCalib_decay_all), beside TS and GATS", "ece", FEATURE_BRANCH_METHODS),
+    TableSpec("feature_branch_nll", "NLL of SimCalib with its node-wise and its constant feature branch, beside TS "
+              "and GATS", "nll", FEATURE_BRANCH_METHODS),
     TableSpec("metric_nll", "NLL of every calibrator", "nll", MAIN_METHODS),
     TableSpec("metric_brier", "Brier score of every calibrator", "brier", MAIN_METHODS),
     TableSpec("metric_classwise_ece", "Classwise ECE (%) of every calibrator", "classwise_ece", MAIN_METHODS),
