@@ -1,0 +1,85 @@
+"""The measured cost of a study pass beside the projection it was planned with.
+
+A pass's ``provenance.yaml`` records, per benchmark, the wall and CPU seconds that ``/usr/bin/time -v`` measured
+for its ``simcalib benchmark`` commands (``offline`` and, where Table 4's sweep ran, ``table4``) and how many
+backbones those commands trained (``backbones_trained``; the others came from the backbone cache). The
+projection is ``measured_study_cost.py``'s table: one core's seconds per run for the backbone and for the
+calibrators, and the whole study's total in CPU-hours. The same work projected is runs x calibrator seconds +
+backbones trained x backbone seconds. The projection's calibrator set and machine may differ from the pass's
+(say so beside the numbers).
+
+A benchmark whose entry says ``timed_runs`` (fewer runs timed than it has, e.g. a process stopped with its
+machine) is projected over the timed runs; one with ``timed_calibrators`` (only some calibrators computed, the
+others copied) is listed but left out of the projected comparison.
+
+    python benchmarks/pass_cost.py reports/offline_in_progress/provenance.yaml \\
+        --projection reports/performance/measured_study_cost.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import yaml
+
+FULL_RUNS = 75
+# a benchmark line of measured_study_cost.txt: name (two words), runs, ..., run s in the 8th numeric column
+PROJECTION_LINE = re.compile(r"^(?P<dataset>\S+) (?P<backbone>GCN|GAT)\s+(?P<numbers>[\d.\s]+?)\s+\d+/\d+\s")
+PROJECTION_TOTAL = re.compile(r"^the whole of .*?: (?P<hours>[\d.]+) CPU-hours")
+
+
+def read_projection(path: Path) -> tuple[dict[str, tuple[float, float]], float | None]:
+    """((backbone s, calibrators s) per run of each benchmark 'Dataset_Backbone', whole-study CPU-hours) of a
+    measured_study_cost.py output."""
+    per_run, total = {}, None
+    for line in path.read_text().splitlines():
+        match = PROJECTION_LINE.match(line)
+        if match:
+            numbers = [float(n) for n in match["numbers"].split()]
+            per_run[f"{match['dataset']}_{match['backbone']}"] = (numbers[4], numbers[5])  # backbone s, calib s
+        total_match = PROJECTION_TOTAL.match(line)
+        if total_match and total is None:
+            total = float(total_match["hours"])
+    return per_run, total
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("provenance", type=Path)
+    parser.add_argument("--projection", type=Path, default=Path("reports/performance/measured_study_cost.txt"))
+    args = parser.parse_args(argv)
+    entries = yaml.safe_load(args.provenance.read_text())["benchmarks"]
+    projected, projected_total = read_projection(args.projection)
+
+    print(f"{'benchmark':<15} {'runs':>4} {'trained':>7} {'wall s':>8} {'CPU s':>8} {'projected':>9} {'ratio':>6}")
+    total_cpu = total_wall = compared_cpu = compared_projection = 0.0
+    for name, entry in entries.items():
+        parts = [entry[k] for k in ("offline", "table4") if k in entry]
+        cpu, wall = sum(p["cpu_s"] for p in parts), sum(p["wall_s"] for p in parts)
+        total_cpu, total_wall = total_cpu + cpu, total_wall + wall
+        runs, trained = int(entry["runs"]), int(entry.get("backbones_trained", entry["runs"]))
+        timed = int(entry.get("timed_runs", runs))
+        expected = None
+        if "timed_calibrators" not in entry and name in projected:
+            backbone_s, calibrators_s = projected[name]
+            expected = timed * calibrators_s + trained * backbone_s
+            compared_cpu, compared_projection = compared_cpu + cpu, compared_projection + expected
+        note = ("  (some calibrators only)" if "timed_calibrators" in entry else
+                f"  ({timed} of {runs} runs timed)" if timed < runs else "")
+        print(f"{name.replace('_', ' '):<15} {runs:>4} {trained:>7} {wall:>8.0f} {cpu:>8.0f} "
+              f"{'' if expected is None else f'{expected:.0f}':>9} "
+              f"{'' if expected is None else f'{cpu / expected:.2f}':>6}{note}")
+    print(f"\nthe pass: {total_cpu / 3600:.1f} CPU-hours, {total_wall / 3600:.1f} h wall over {len(entries)} "
+          f"benchmarks (as timed)")
+    if compared_projection:
+        print(f"the benchmarks with a projection: {compared_cpu / 3600:.1f} CPU-hours measured, "
+              f"{compared_projection / 3600:.1f} projected for the same runs and backbones trained")
+    if projected_total is not None:
+        print(f"the projection for the whole study ({len(projected)} benchmarks x {FULL_RUNS} runs, every backbone "
+              f"trained): {projected_total:.1f} CPU-hours")
+
+
+if __name__ == "__main__":
+    main()
