@@ -7,6 +7,7 @@ propagation is precomputed: :math:`\hat A (x W) = (\hat A x) W`.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -297,12 +298,15 @@ class GridGCN(nn.Module):
 
 class GridGAT(nn.Module):
     """``points`` copies of :class:`TwoLayerGAT` from one initialisation, evaluated one after another
-    (GATConv has no batch dimension): [P, N, 1]. Their dropout draws follow each other in the RNG stream."""
+    (GATConv has no batch dimension): [P, N, 1]. Their dropout draws follow each other in the RNG stream.
+    Building them draws one network's initialisation, whatever ``points`` is, so the random stream after
+    the grid (e.g. the movement branch's initialisation) does not depend on the grid's size."""
 
     def __init__(self, in_channels: int, hidden: int, points: int, dropout: float = 0.5, heads: int = 1):
         super().__init__()
         self.points = points
-        self.nets = nn.ModuleList(TwoLayerGAT(in_channels, hidden, 1, dropout, heads) for _ in range(points))
+        first = TwoLayerGAT(in_channels, hidden, 1, dropout, heads)
+        self.nets = nn.ModuleList([first, *(copy.deepcopy(first) for _ in range(points - 1))])
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -321,9 +321,12 @@ def test_temperatures_below_the_old_floor_still_get_a_gradient_and_move():
     assert model.feature_temperature(graph).mean().item() > 10 * start
 
 
-def test_the_batched_grid_equals_fitting_each_point_alone():
+# GridGCN: one tensor per layer, one dropout mask for every point; GridGAT: one network per point, whose dropout
+# draws follow each other in the random stream, so it equals the points fitted alone without dropout only
+@pytest.mark.parametrize("feat_gnn, feat_dropout", [("gcn", 0.5), ("gat", 0.0)])
+def test_the_batched_grid_equals_fitting_each_point_alone(feat_gnn, feat_dropout):
     graph = tiny_graph()
-    options = {"max_epochs": 60, "patience": 15}
+    options = {"max_epochs": 60, "patience": 15, "feat_gnn": feat_gnn, "feat_dropout": feat_dropout}
     batched = fitted("SimCalib", graph, seed=4, **options)
     with torch.no_grad():
         grid = batched.grid_log_probs(graph)  # [9, N, K]
