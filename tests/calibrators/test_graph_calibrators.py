@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -104,6 +106,9 @@ def test_node_permutation_permutes_the_outputs(name):
     graph = tiny_graph()
     model = fitted(name, graph)
     perm = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(1))
+    isolated = graph.num_nodes - 3  # tiny_problem's isolated node, renamed the last: the edges end before it
+    perm = torch.cat([perm[perm != isolated], perm.new_tensor([isolated])])
+    assert graph.edge_index.max() == graph.num_nodes - 1 and permuted(graph, perm).edge_index.max() < graph.num_nodes - 1
     with torch.no_grad():
         expected = model.predict_proba(graph)[perm]
         got = model.predict_proba(permuted(graph, perm))
@@ -368,13 +373,24 @@ def test_simcalib_audit_reports_the_chosen_point_and_temperatures():
     assert build_calibrator("TS", graph.num_classes).audit(graph, graph.cal_idx) == {}
 
 
-@pytest.mark.parametrize("option,value", [
-    ("stopping", "calibration"), ("feature_temperature", "exp"), ("decay", "biases"), ("movement_bias", -1.0),
-    ("feature_input", "degree"), ("feat_gnn", "mlp"), ("w", 1.5), ("t", -1.0), ("heads", 0),
+@pytest.mark.parametrize("option,value,message", [
+    ("stopping", "calibration", "option stopping='calibration' is not one of: train, holdout"),
+    ("feature_temperature", "exp", "option feature_temperature='exp' is not one of: anchored, softplus"),
+    ("decay", "biases", "option decay='biases' is not one of: weights, all"),
+    ("feature_input", "degree", "option feature_input='degree' is not one of: mahalanobis, logits"),
+    ("feat_gnn", "mlp", "option feat_gnn='mlp' is not one of: gcn, gat"),
+    ("movement_bias", -1.0, "movement_bias must be > 0"), ("movement_bias", 0.0, "movement_bias must be > 0"),
+    ("feature_bound", 0.0, "feature_bound must be > 0"), ("init_temperature", 0.0, "init_temperature must be > 0"),
+    ("w", 1.5, "w values must lie in"), ("t", -1.0, "t values must lie in"), ("heads", 0, "heads=0"),
 ])
-def test_invalid_simcalib_options_are_config_errors(option, value):
-    with pytest.raises(ConfigError, match=option if option not in ("w", "t") else f"{option} values"):
+def test_invalid_simcalib_options_are_config_errors_that_name_them(option, value, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         build_calibrator("SimCalib", 3, **{option: value})
+
+
+def test_the_smallest_valid_simcalib_options_are_accepted():
+    model = build_calibrator("SimCalib", 3, heads=1, movement_bias=1e-3, feature_bound=1e-3, init_temperature=1e-3)
+    assert model.movement_weight.shape[-1] == 1
 
 
 def test_gats_bias_and_weight_decay_follow_the_benchmark():

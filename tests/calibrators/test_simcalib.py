@@ -132,6 +132,56 @@ def test_the_default_stops_on_half_of_the_calibration_fold_and_never_on_the_node
     assert not torch.equal(fit(None, stopping="train"), fit(other_stop, stopping="train"))
 
 
+def test_the_default_trains_on_one_half_of_the_calibration_fold_and_stops_on_the_other():
+    """Under ``stopping="holdout"`` the nodes the parameters are trained on and the early-stopping nodes are a
+    per-class split of the calibration fold: disjoint, together the whole fold, every class in both."""
+    graph = tiny_graph()
+    model = build_calibrator("SimCalib", graph.num_classes, **QUICK)
+    seen = []
+    train = model.train_parameters
+    model.train_parameters = lambda g, fit_idx, stop_idx: seen.append((fit_idx, stop_idx)) or train(g, fit_idx, stop_idx)
+    seed_everything(0)
+    model.fit(graph)
+    ((fit_idx, stop_idx),) = seen
+    assert set(fit_idx.tolist()).isdisjoint(stop_idx.tolist())
+    assert sorted(fit_idx.tolist() + stop_idx.tolist()) == sorted(graph.cal_idx.tolist())
+    for nodes in (fit_idx, stop_idx):
+        assert set(graph.labels[nodes].tolist()) == set(graph.labels[graph.cal_idx].tolist())
+
+
+def test_without_relative_degree_the_movement_messages_are_those_of_t_zero():
+    """Ablation n (``relative_degree=False``) drops the factor ((d_i + 1) / (d_j + 1))^t: its messages are the
+    full model's at t = 0, and differ from those at the grid's t > 0 on a graph of unequal degrees."""
+    graph = tiny_graph()
+    with torch.no_grad():
+        without = build_calibrator("SimCalib", graph.num_classes, relative_degree=False).compute_inputs(graph).messages
+        at_zero = build_calibrator("SimCalib", graph.num_classes, t=0.0).compute_inputs(graph).messages
+        at_one = build_calibrator("SimCalib", graph.num_classes, t=1.0).compute_inputs(graph).messages
+    torch.testing.assert_close(without, at_zero)
+    assert not torch.allclose(without, at_one)
+
+
+@pytest.mark.parametrize("feat_gnn", ["gcn", "gat"])
+def test_the_softplus_feature_temperatures_output_bias_starts_at_init_temperature(feat_gnn):
+    """The softplus form: G_feat's output bias starts at softplus^-1(init_temperature) at every grid point, so
+    T_feat starts around init_temperature (the output weights are drawn, not zeroed as in the anchored form)."""
+    model = build_calibrator("SimCalib", 3, feat_gnn=feat_gnn, feature_temperature="softplus", init_temperature=2.5)
+    from simcalib.calibrators.layers import softplus_temperature
+
+    bias = model.feature_gnn.output_bias().detach()  # [P, 1]
+    torch.testing.assert_close(softplus_temperature(bias), torch.full_like(bias, 2.5))
+
+
+def test_only_the_branches_the_grid_can_use_are_built():
+    """w fixed at 1 builds no movement branch, w fixed at 0 no feature network (no parameter is dead), and
+    the GAT feature network has the heads it is given."""
+    assert build_calibrator("SimCalib", 3, w=1.0).movement_weight is None
+    assert build_calibrator("SimCalib", 3, w=0.0).feature_gnn is None
+    both = build_calibrator("SimCalib", 3, w=0.6)
+    assert both.movement_weight is not None and both.feature_gnn is not None
+    assert build_calibrator("SimCalib", 3, feat_gnn="gat", feat_heads=2).feature_gnn.nets[0].conv1.heads == 2
+
+
 def test_the_anchored_feature_temperature_is_t0_exp_c_tanh_of_g_feat_over_c():
     graph = tiny_graph()
     model = fitted(graph, feature_bound=0.5)
@@ -161,19 +211,22 @@ def test_weight_decay_falls_on_weight_matrices_and_attention_vectors_only_by_def
 
 def test_simcalibs_defaults_are_the_documented_ones():
     """Each default defines the study's SimCalib (the choices and their evidence: docs/decisions.md); changing
-    one silently would change every committed number."""
-    import inspect
-
+    one silently would change every committed number. Read from a model built with the defaults (not from the
+    signature), so the test sees what the constructor does with them."""
+    from simcalib.calibrators.defaults import default_weight_decay
     from simcalib.calibrators.simcalib import SimCalib
 
-    defaults = {name: p.default for name, p in inspect.signature(SimCalib.__init__).parameters.items()
-                if p.default is not inspect.Parameter.empty}
-    expected = {"feat_heads": 1, "init_temperature": 1.0, "feature_bound": 1.0, "movement_bias": 1.0,
-                "homophily": True, "eta_offset": 1.0, "self_loops": True, "negative_slope": 0.2,
-                "stopping": "holdout", "decay": "weights", "feature_temperature": "anchored", "covariance_ridge": 0.0,
+    model = SimCalib(3)
+    expected = {"init_temperature": 1.0, "feature_bound": 1.0, "movement_bias_init": 1.0, "homophily": True,
+                "eta_offset": 1.0, "self_loops": True, "negative_slope": 0.2, "stopping": "holdout",
+                "decay": "weights", "feature_temperature_form": "anchored", "covariance_ridge": 0.0,
                 "standardize_similarity": True, "relative_degree": True, "unreachable_hops": None,
-                "feature_input": "mahalanobis", "w_grid": (0.6, 0.8, 0.9), "t_grid": (0.3, 0.5, 1.0)}
-    assert {k: defaults[k] for k in expected} == expected
+                "feature_input": "mahalanobis", "w_grid": (0.6, 0.8, 0.9), "t_grid": (0.3, 0.5, 1.0),
+                "weight_decay": default_weight_decay("SimCalib")}
+    assert {k: getattr(model, k) for k in expected} == expected
+    assert model.movement_weight.shape == (9, 3, 2)  # [P, K, H]: two movement heads
+    feature_gat = SimCalib(3, feat_gnn="gat").feature_gnn.nets[0]
+    assert feature_gat.conv1.heads == 1 and feature_gat.conv1.out_channels == 16  # feat_heads, feat_hidden
 
 
 def test_the_similarity_input_is_standardised_per_coordinate():
@@ -195,8 +248,13 @@ def test_the_movement_messages_follow_the_self_loop_and_homophily_options(self_l
     without the homophily term: SimCalib's messages equal the composition of the movement functions (each
     tested on its own in test_similarity) under the options it was given."""
     from simcalib.calibrators.layers import SortedEdges, edges_with_self_loops
-    from simcalib.calibrators.movement import (eta_from_hops, homophily_attention, logit_products, minmax_rows,
-                                               movement_messages)
+    from simcalib.calibrators.movement import (
+        eta_from_hops,
+        homophily_attention,
+        logit_products,
+        minmax_rows,
+        movement_messages,
+    )
 
     graph = tiny_graph()
     model = build_calibrator("SimCalib", graph.num_classes, self_loops=self_loops, homophily=homophily)

@@ -10,7 +10,6 @@ import time
 
 import pandas as pd
 import pytest
-
 from synthetic_graphs import write_amazon_mirror
 
 from simcalib.splits import CHECKOUT_SPLITS
