@@ -56,10 +56,13 @@ def theory(out_dir: str, reps: int, seed: int) -> build.TheoryResult:
 @task(name="report-render", cache_policy=NO_CACHE)
 def render(study, paper, table_set, sig, figure_set, theory_result, out_dir: str, title: str) -> str:
     from simcalib.report.render import write_report
+    from simcalib.report.summary import write_summary
 
-    blocks = build.assemble(study, paper, table_set, sig, figure_set, theory_result, Path(out_dir), title)
+    summary = build.report_summary(study, table_set, sig)
+    blocks = build.assemble(study, paper, table_set, sig, figure_set, theory_result, Path(out_dir), title,
+                            summary=summary)
     md, _ = write_report(blocks, Path(out_dir), title)
-    build.write_summary_file(study, table_set, sig, Path(out_dir))
+    write_summary(summary, Path(out_dir))
     return str(md)
 
 

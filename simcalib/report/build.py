@@ -598,15 +598,13 @@ def report_summary(study: StudyResults, tables: TableSet, sig: Significance) -> 
     return summary_blocks(summary_frame(tables, sig, constant_branch_means(study.main_rows())), sig)
 
 
-def write_summary_file(study: StudyResults, tables: TableSet, sig: Significance, out_dir: Path) -> Path:
-    """``summary.md``: the report's summary alone, for a README to embed (``summary_in`` of a manifest entry)."""
-    return write_summary(report_summary(study, tables, sig), Path(out_dir))
-
-
 def assemble(study: StudyResults, paper: PaperTables, tables: TableSet, sig: Significance, figures: FigureSet,
-             theory_result: TheoryResult, out_dir: Path, title: str, regenerate: str | None = None) -> list[Block]:
+             theory_result: TheoryResult, out_dir: Path, title: str, regenerate: str | None = None,
+             summary: list[Block] | None = None) -> list[Block]:
+    """The report's blocks in order; ``summary``: :func:`report_summary`'s blocks where the caller has them."""
     out_dir = Path(out_dir)
-    return [*overview_blocks(study, paper, title, regenerate), Heading(2, "Summary"), *report_summary(study, tables, sig),
+    summary = report_summary(study, tables, sig) if summary is None else summary
+    return [*overview_blocks(study, paper, title, regenerate), Heading(2, "Summary"), *summary,
             *table_blocks(tables, split_evidence(study.main_rows())),
             *grid_choice_blocks(study),
             *significance_blocks(sig),
@@ -647,16 +645,17 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
     files += [p for e in figures.entries for p in e.paths]
     theory_result = run_theory(out_dir, theory_reps, seed, theory_grid)
     files += theory_result.paths
-    summary = write_summary_file(study, tables, sig, out_dir)
-    files.append(summary)
+    summary = report_summary(study, tables, sig)
+    summary_md = write_summary(summary, out_dir)  # the summary alone, for a README to embed (``summary_in``)
+    files.append(summary_md)
     if title is None:
         name = Path(results_dir).name if isinstance(results_dir, (str, os.PathLike)) else "several folders"
         title = f"SimCalib study report: {name}"
-    md, page = write_report(assemble(study, paper, tables, sig, figures, theory_result, out_dir, title, regenerate),
-                            out_dir, title)
-    return ReportOutputs(out_dir, md, page, summary, [md, page, *files], sig, theory_result.table)
+    md, page = write_report(assemble(study, paper, tables, sig, figures, theory_result, out_dir, title, regenerate,
+                                     summary), out_dir, title)
+    return ReportOutputs(out_dir, md, page, summary_md, [md, page, *files], sig, theory_result.table)
 
 
 __all__ = ["FigureSet", "ReportOutputs", "Significance", "TableSet", "TheoryResult", "assemble", "build_report",
            "build_tables", "compute_significance", "load_inputs", "make_figures", "report_summary", "run_theory",
-           "write_significance", "write_summary_file", "write_tables"]
+           "write_significance", "write_tables"]
