@@ -4,7 +4,7 @@ folders, the first folder that has a benchmark supplying all of its rows (no tra
 Used to test a re-measured calibrator on the benchmarks re-run in one folder and on the others from a second
 folder, with each benchmark's source printed:
 
-    .venv/bin/python benchmarks/across_benchmarks.py reports/feature_branch/results reports/offline/results \\
+    .venv/bin/python benchmarks/across_benchmarks.py reports/feature_branch/results reports/archive/offline_constant_branch/results \\
         --method SimCalib --references UnCal,TS,VS,ETS,CaGCN,GATS,SimCalib_decay_all
 """
 

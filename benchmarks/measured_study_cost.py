@@ -17,7 +17,7 @@ their ratio scales that calibrator's mean fit seconds here, giving the "after" c
 measured pairs are scaled: a calibrator or benchmark without a line keeps its per-run cost (the table says how
 many of the benchmark's calibrators were scaled), so the "after" projection never assumes a gain.
 
-    python benchmarks/measured_study_cost.py --results reports/offline/results reports/archive/full/results \\
+    python benchmarks/measured_study_cost.py --results reports/archive/offline_constant_branch/results reports/archive/full/results \\
         [--cache .cache/simcalib] [--study study/offline.yaml] \\
         [--across-runs reports/performance/calibrators_across_runs_*.txt]
 """

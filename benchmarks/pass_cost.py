@@ -12,7 +12,7 @@ A benchmark whose entry says ``timed_runs`` (fewer runs timed than it has, e.g. 
 machine) is projected over the timed runs; one with ``timed_calibrators`` (only some calibrators computed, the
 others copied) is listed but left out of the projected comparison.
 
-    python benchmarks/pass_cost.py reports/offline_in_progress/provenance.yaml \\
+    python benchmarks/pass_cost.py reports/offline/provenance.yaml \\
         --projection reports/performance/measured_study_cost.txt
 """
 
