@@ -205,8 +205,8 @@ def test_prototype_labels_outside_the_classes_and_no_labelled_nodes_are_refused_
     hidden, labels = torch.randn(6, 2), torch.tensor([0, 1, 2, 0, 1, 2])
     with pytest.raises(ConfigError, match=r"must lie in 0\.\.1; hidden \(-1\) labels cannot define a prototype"):
         mahalanobis_to_prototypes(hidden, labels, torch.arange(6), num_classes=2)  # label 2 == num_classes
-    with pytest.raises(ConfigError, match="feature similarity needs labelled nodes to build class prototypes; "
-                                          "none were given"):
+    with pytest.raises(ConfigError, match="^feature similarity needs labelled nodes to build class prototypes; "
+                                          "none were given$"):  # the whole message, as the user reads it
         mahalanobis_to_prototypes(hidden, labels, torch.arange(0), num_classes=3)
 
 
