@@ -10,7 +10,8 @@ backbones trained x backbone seconds. The projection's calibrator set and machin
 
 A benchmark whose entry says ``timed_runs`` (fewer runs timed than it has, e.g. a process stopped with its
 machine) is projected over the timed runs; one with ``timed_calibrators`` (only some calibrators computed, the
-others copied) is listed but left out of the projected comparison.
+others copied) is listed but left out of the projected comparison. Runs of later inits appended to a benchmark by
+separate commands are listed under ``later_inits``, each with the same keys; each is a line of its own.
 
     python benchmarks/pass_cost.py reports/offline/provenance.yaml \\
         --projection reports/performance/measured_study_cost.txt
@@ -53,9 +54,12 @@ def main(argv: list[str] | None = None) -> None:
     entries = yaml.safe_load(args.provenance.read_text())["benchmarks"]
     projected, projected_total = read_projection(args.projection)
 
-    print(f"{'benchmark':<15} {'runs':>4} {'trained':>7} {'wall s':>8} {'CPU s':>8} {'projected':>9} {'ratio':>6}")
+    print(f"{'benchmark':<22} {'runs':>4} {'trained':>7} {'wall s':>8} {'CPU s':>8} {'projected':>9} {'ratio':>6}")
     total_cpu = total_wall = compared_cpu = compared_projection = 0.0
-    for name, entry in entries.items():
+    commands = [(name, name, entry) for name, entry in entries.items()]
+    commands += [(name, f"{name} init {later['inits']}", later)
+                 for name, entry in entries.items() for later in entry.get("later_inits", [])]
+    for name, label, entry in commands:
         parts = [entry[k] for k in ("offline", "table4") if k in entry]
         cpu, wall = sum(p["cpu_s"] for p in parts), sum(p["wall_s"] for p in parts)
         total_cpu, total_wall = total_cpu + cpu, total_wall + wall
@@ -68,11 +72,11 @@ def main(argv: list[str] | None = None) -> None:
             compared_cpu, compared_projection = compared_cpu + cpu, compared_projection + expected
         note = ("  (some calibrators only)" if "timed_calibrators" in entry else
                 f"  ({timed} of {runs} runs timed)" if timed < runs else "")
-        print(f"{name.replace('_', ' '):<15} {runs:>4} {trained:>7} {wall:>8.0f} {cpu:>8.0f} "
+        print(f"{label.replace('_', ' '):<22} {runs:>4} {trained:>7} {wall:>8.0f} {cpu:>8.0f} "
               f"{'' if expected is None else f'{expected:.0f}':>9} "
               f"{'' if expected is None else f'{cpu / expected:.2f}':>6}{note}")
     print(f"\nthe pass: {total_cpu / 3600:.1f} CPU-hours, {total_wall / 3600:.1f} h wall over {len(entries)} "
-          f"benchmarks (as timed)")
+          f"benchmarks, {sum(int(entry['runs']) for _, _, entry in commands)} runs (as timed)")
     if compared_projection:
         print(f"the benchmarks with a projection: {compared_cpu / 3600:.1f} CPU-hours measured, "
               f"{compared_projection / 3600:.1f} projected for the same runs and backbones trained")
