@@ -43,3 +43,46 @@ def test_the_two_attention_kernels_compute_the_same_gat_from_the_same_seed(sbm_g
                for attention, model in models.items()}
     assert torch.allclose(outputs["pyg"][0], outputs["csr"][0], atol=1e-5)
     assert torch.allclose(outputs["pyg"][1], outputs["csr"][1], atol=1e-5)
+
+
+def test_each_kernel_takes_either_form_of_the_graph(sbm_graph):
+    for attention in ("pyg", "csr"):
+        torch.manual_seed(0)
+        model = GAT(sbm_graph.num_features, sbm_graph.num_classes, attention=attention).eval()
+        outputs = [model(*graph_inputs(sbm_graph, "GAT", torch.device("cpu"), attention=form))[0]
+                   for form in ("pyg", "csr")]
+        assert torch.allclose(outputs[0], outputs[1], atol=1e-5)
+
+
+def test_gat_graph_has_one_self_loop_on_every_node_including_a_trailing_isolated_one():
+    edge_index = torch.tensor([[0, 1, 1, 1], [1, 0, 1, 1]])  # a self loop given twice; node 2 isolated
+    prepared = GAT.prepare_graph(edge_index, 3)
+    loops = prepared[:, prepared[0] == prepared[1]]
+    assert sorted(loops[0].tolist()) == [0, 1, 2]
+    assert prepared.size(1) == 2 + 3
+
+
+def test_an_unknown_attention_kernel_is_refused_by_the_model_with_the_valid_ones():
+    with pytest.raises(ValueError, match="^unknown attention kernel 'dense'; valid: pyg, csr$"):
+        GAT(4, 2, attention="dense")
+
+
+@pytest.mark.parametrize("attention", ["pyg", "csr"])
+def test_gat_drops_each_layers_input_in_training_and_never_in_evaluation(sbm_graph, attention):
+    """Forward hooks read what each attention layer receives: in training the input projection differs from
+    X W_1 (dropout on X) and the second layer's input from ELU of the first layer's output (dropout on the
+    hidden layer); in evaluation both are exact."""
+    torch.manual_seed(0)
+    model = GAT(sbm_graph.num_features, sbm_graph.num_classes, dropout=0.5, attention=attention)
+    seen = {}
+    model.conv1.register_forward_hook(lambda m, args, out: seen.update(conv1_in=args[0], conv1_out=out))
+    model.conv2.register_forward_pre_hook(lambda m, args: seen.update(conv2_in=args[0]))
+    x, graph = graph_inputs(sbm_graph, "GAT", torch.device("cpu"), attention=attention)
+    undropped = sbm_graph.x.to_dense() @ model.weight1
+    for training in (True, False):
+        model.train(training)
+        with torch.no_grad():
+            model(x, graph)
+        same_projection = torch.allclose(seen["conv1_in"], undropped, atol=1e-6)
+        same_hidden = torch.equal(seen["conv2_in"], torch.nn.functional.elu(seen["conv1_out"]))
+        assert same_projection is (not training) and same_hidden is (not training)

@@ -6,7 +6,7 @@ import torch
 from simcalib.backbones import BackboneCache, BackboneConfig, cache_key, train_backbone
 from simcalib.backbones.models import GAT, GCN
 from simcalib.backbones.training import graph_inputs
-from simcalib.errors import TrainingDivergedError, UnknownNameError
+from simcalib.errors import ConfigError, TrainingDivergedError, UnknownNameError
 
 
 def _idx(graph):
@@ -71,8 +71,16 @@ def test_nan_features_raise_a_clear_error(sbm_graph):
 
 
 def test_unknown_backbone_lists_valid_names():
-    with pytest.raises(UnknownNameError, match="GCN, GAT"):
+    with pytest.raises(UnknownNameError, match="^unknown backbone 'sage'; valid backbones are: GCN, GAT$"):
         BackboneConfig("sage")
+    with pytest.raises(ConfigError, match="^unknown attention kernel 'dense'; valid attention kernels are: pyg, csr$"):
+        BackboneConfig("GAT", attention="dense")
+
+
+def test_backbone_names_and_kernels_are_read_in_any_case():
+    config = BackboneConfig("gat", attention=" CSR ")
+    assert (config.name, config.attention, config.model_options()) == ("GAT", "csr", {"attention": "csr"})
+    assert BackboneConfig("gcn", attention="csr").model_options() == {}  # a GCN has no attention kernel
 
 
 def test_cache_round_trip_and_key_sensitivity(sbm_graph, tmp_path):
