@@ -189,3 +189,13 @@ def test_training_builds_the_attention_kernel_the_config_names(sbm_graph):
     assert torch.equal(again.logits, runs["csr"].logits)
     assert not torch.equal(runs["pyg"].logits, runs["csr"].logits)
     assert torch.allclose(runs["pyg"].logits, runs["csr"].logits, atol=1e-3)
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_auto_device_is_cuda_when_present_and_a_named_device_is_kept(monkeypatch, cuda):
+    from simcalib.backbones.training import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    expected = torch.device("cuda" if cuda else "cpu")
+    assert resolve_device() == resolve_device("auto") == resolve_device(None) == expected
+    assert resolve_device("cpu") == torch.device("cpu") and resolve_device("cuda:1") == torch.device("cuda:1")
