@@ -1,4 +1,5 @@
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -199,3 +200,28 @@ def test_auto_device_is_cuda_when_present_and_a_named_device_is_kept(monkeypatch
     expected = torch.device("cuda" if cuda else "cpu")
     assert resolve_device() == resolve_device("auto") == resolve_device(None) == expected
     assert resolve_device("cpu") == torch.device("cpu") and resolve_device("cuda:1") == torch.device("cuda:1")
+
+
+def test_training_reports_its_duration_and_runs_on_the_default_device(sbm_graph):
+    import time
+
+    train, val = _idx(sbm_graph)
+    start = time.perf_counter()
+    out = train_backbone(sbm_graph, train, val, BackboneConfig("GCN", max_epochs=3), seed=0)  # device "auto"
+    assert 0 < out.train_seconds <= time.perf_counter() - start
+    assert out.epochs == 3 and out.logits.device.type == "cpu"
+
+
+def test_zero_epochs_are_refused_with_the_setting_named(sbm_graph):
+    train, val = _idx(sbm_graph)
+    with pytest.raises(TrainingDivergedError, match=r"^GCN on SBM: no checkpoint was kept \(max_epochs=0\)$"):
+        train_backbone(sbm_graph, train, val, BackboneConfig("GCN", max_epochs=0), seed=0, device="cpu")
+
+
+def test_the_cache_folder_defaults_to_the_environment_variable_then_to_a_local_folder(monkeypatch, tmp_path):
+    from simcalib.backbones.cache import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    assert BackboneCache().root == tmp_path
+    monkeypatch.delenv(CACHE_ENV)
+    assert BackboneCache().root == Path(".cache/simcalib")
