@@ -13,6 +13,7 @@ from simcalib.calibrators.movement import (
     eta_from_hops,
     homophily_attention,
     logit_products,
+    minmax_rows,
     movement_messages,
 )
 from simcalib.errors import ConfigError
@@ -232,3 +233,25 @@ def test_spearman_needs_three_values_and_reads_ties_as_mean_ranks():
     assert spearman(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([3.0, 1.0, 2.0])) == pytest.approx(-0.5)
     a, b = torch.tensor([1.0, 1.0, 2.0, 3.0, 3.0, 3.0]), torch.tensor([0.5, 0.1, 0.7, 0.2, 0.9, 0.9])
     assert spearman(a, b) == pytest.approx(stats.spearmanr(a.numpy(), b.numpy()).statistic)
+
+
+def test_minmax_rows_scales_each_row_to_zero_one():
+    logits = torch.tensor([[-2.0, 0.0, 2.0], [1.0, 4.0, 3.0], [5.0, 5.0, 5.0]])
+    expected = torch.tensor([[0.0, 0.5, 1.0], [0.0, 1.0, 2.0 / 3.0], [0.0, 0.0, 0.0]])  # a constant row: zeros
+    assert torch.allclose(minmax_rows(logits), expected)
+
+
+def test_eta_without_any_reachable_node_and_an_explicit_unreachable_distance_of_zero():
+    hops = torch.tensor([-1, -1])  # no training node in the graph's components
+    assert eta_from_hops(hops, offset=1.0).tolist() == [1.0, 1.0]
+    assert eta_from_hops(torch.tensor([0, -1]), offset=0.5, unreachable_hops=0).tolist() == [0.5, 0.5]
+    with pytest.raises(ConfigError, match="^unreachable_hops must be >= 0, got -1$"):
+        eta_from_hops(hops, unreachable_hops=-1)
+
+
+def test_gats_confidence_gap_of_a_node_with_one_neighbour_is_the_whole_difference():
+    logits = torch.tensor([[3.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    edges = SortedEdges(torch.tensor([[1], [0]]), 3)  # 1 -> 0 only; nodes 1 and 2 have no in-neighbours
+    confidence = torch.softmax(logits, dim=1).amax(dim=1)
+    gap = confidence_gap(logits, edges).squeeze(1)
+    assert torch.allclose(gap, torch.tensor([confidence[0] - confidence[1], 0.0, 0.0]))
