@@ -20,6 +20,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from simcalib.report import build
+from simcalib.report.definitions import definitions_frame, write_definitions
 
 REPORT_EXPERIMENT = "simcalib-report"
 
@@ -33,6 +34,7 @@ def load(results_dir: str, paper_dir: str | None, splits: list[int] | None = Non
 def tables(study, paper, out_dir: str) -> build.TableSet:
     table_set = build.build_tables(study, paper)
     build.write_tables(table_set, Path(out_dir))
+    write_definitions(definitions_frame(study.rows), Path(out_dir))
     return table_set
 
 

@@ -28,7 +28,6 @@ benchmark tag. So :func:`runs_table_url` is the link that opens the runs table w
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import platform
 import subprocess
@@ -120,21 +119,11 @@ def git_commit(folder: str | Path = ".") -> str:
 
 
 def calibrator_hyperparameters(name: str, dataset: str, backbone: str, options: dict) -> dict:
-    """Every constructor option of calibrator ``name`` as it is built on (dataset, backbone): the defaults of
-    each class in its hierarchy, the protocol's weight decay, the registry preset, then ``options``."""
-    from simcalib.calibrators import CALIBRATORS, canonical_calibrator, default_weight_decay
+    """Every constructor option of calibrator ``name`` as it is built on (dataset, backbone), with its class:
+    the resolved definition its results rows record (:func:`simcalib.calibrators.calibrator_definition`)."""
+    from simcalib.calibrators import calibrator_definition
 
-    entry = CALIBRATORS[canonical_calibrator(name)]
-    values: dict = {}
-    for cls in reversed(entry.cls.__mro__):
-        init = cls.__dict__.get("__init__")
-        if init is None:
-            continue
-        for parameter in list(inspect.signature(init).parameters.values())[1:]:
-            if parameter.default is not inspect.Parameter.empty and parameter.name != "num_classes":
-                values[parameter.name] = parameter.default
-    values["weight_decay"] = default_weight_decay(entry.cls.name, dataset, backbone)
-    return {**values, **entry.preset, **options}
+    return dict(calibrator_definition(name, dataset, backbone, **options).options)
 
 
 @dataclass

@@ -11,6 +11,11 @@ applies to them, the folder lock its writers hold, and a fault hook for tests.
   the backbone's settings beyond the dataset's defaults (``default``, or e.g. ``attention=csr``); a file
   refuses rows of one benchmark trained under other settings than its rows (another kernel trains another
   backbone, so its rows would mix silently).
+* **Calibrator definition.** ``calibrator_options`` holds every option a row's calibrator was built with (its
+  class and constructor options, resolved for the benchmark: :func:`simcalib.calibrators.calibrator_definition`)
+  and ``calibrator_digest`` a digest of them. A file refuses to hold one calibrator of one benchmark under two
+  definitions, and :func:`check_append` refuses to add runs of a calibrator whose definition differs from its
+  rows already there; rows written before these columns have them empty (unknown, never refused).
 * **One writer per folder.** :func:`results_lock` holds ``<folder>/.simcalib.lock`` (``fcntl.flock``, with the
   owner's pid, host and command written inside) for as long as a command writes there. A second command on
   the same folder fails with a line naming the holder, or waits with ``--wait``. The kernel drops the lock of
@@ -44,6 +49,8 @@ from simcalib.errors import ConfigError, DataCorruptError, SimCalibError
 
 DEFINITION_COLUMNS = ["split_digest", "data_digest", "split_source"]
 BACKBONE_OPTIONS_COLUMN = "backbone_options"
+CALIBRATOR_OPTIONS_COLUMN = "calibrator_options"
+CALIBRATOR_DIGEST_COLUMN = "calibrator_digest"
 # A run's rows are identified by these (the seed follows from them under one study seed).
 RUN_KEY = ["dataset", "backbone", "calibrator", "split", "init", "fold", "label_rate"]
 LOCK_NAME = ".simcalib.lock"
@@ -79,13 +86,17 @@ def _run_tag(row) -> str:
             f"(label rate {_rate(row['label_rate']):g})")
 
 
-def check_append(existing: pd.DataFrame, planned: Sequence[dict], path: Path, remedy: str) -> None:
+def check_append(existing: pd.DataFrame, planned: Sequence[dict], path: Path, remedy: str,
+                 definitions: dict[tuple[str, str, str], str] | None = None) -> None:
     """Refuse (ConfigError, one line) to add the runs ``planned`` (one dict per run: dataset, backbone, split,
     init, fold, label_rate, seed and the :data:`DEFINITION_COLUMNS`) to the results ``existing`` of ``path``
-    when a row already there of the same split, dataset or run was computed on another definition. Empty
-    (unknown) digests in ``existing`` are not compared."""
+    when a row already there of the same split, dataset or run was computed on another definition, or (with
+    ``definitions``: (dataset, backbone, calibrator) -> the calibrator digest the new rows will have) a row of
+    the same calibrator and benchmark under another calibrator definition. Empty (unknown) digests in
+    ``existing`` are not compared."""
     if existing.empty or not planned:
         return
+    check_calibrator_definitions(existing, definitions or {}, path)
     splits, data, seeds, benchmarks = {}, {}, {}, {}
     for run in planned:
         rate = _rate(run["label_rate"])
@@ -132,6 +143,23 @@ def check_append(existing: pd.DataFrame, planned: Sequence[dict], path: Path, re
         raise ConfigError(f"{path}: refusing to add runs: {conflicts[0]}{more}; {remedy}")
 
 
+def check_calibrator_definitions(existing: pd.DataFrame, definitions: dict[tuple[str, str, str], str],
+                                 path: Path) -> None:
+    """Refuse (ConfigError) when a row of ``existing`` has a known calibrator digest other than the one
+    ``definitions`` gives its (dataset, backbone, calibrator): new rows would mix two definitions."""
+    if not definitions or CALIBRATOR_DIGEST_COLUMN not in existing.columns:
+        return
+    for row in existing.to_dict("records"):
+        key = (row["dataset"], row["backbone"], row["calibrator"])
+        ours = definitions.get(key)
+        if ours is not None and _known(row.get(CALIBRATOR_DIGEST_COLUMN)) and str(row[CALIBRATOR_DIGEST_COLUMN]) != ours:
+            raise ConfigError(
+                f"{path}: refusing to add runs: its {' '.join(key[:2])} rows of {key[2]} were computed under another "
+                f"definition of {key[2]} (calibrator_digest {row[CALIBRATOR_DIGEST_COLUMN]}, here {ours}; their "
+                f"options are in the calibrator_options column): move those rows to another file, or give "
+                f"{key[2]} the options they were computed with, or use another output folder")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Checked reading
 
@@ -170,7 +198,9 @@ def check_results(frame: pd.DataFrame, where: str, dedupe: bool = False,
     for column, group, what, see in (("split_digest", ["dataset", "split", "label_rate"], "split", "split_source"),
                                      ("data_digest", ["dataset"], "dataset", "split_source"),
                                      (BACKBONE_OPTIONS_COLUMN, ["dataset", "backbone"], "benchmark",
-                                      BACKBONE_OPTIONS_COLUMN)):
+                                      BACKBONE_OPTIONS_COLUMN),
+                                     (CALIBRATOR_DIGEST_COLUMN, ["dataset", "backbone", "calibrator"],
+                                      "calibrator", CALIBRATOR_OPTIONS_COLUMN)):
         if column not in keyed.columns:
             continue
         known = keyed[[_known(v) for v in keyed[column]]]
@@ -300,5 +330,5 @@ def finished_run() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-__all__ = ["BACKBONE_OPTIONS_COLUMN", "DEFINITION_COLUMNS", "FAULT_ENV", "LOCK_NAME", "RUN_KEY", "ResultsLockedError", "ResultsWriteError",
-           "check_append", "check_results", "finished_run", "results_lock", "write_error"]
+__all__ = ["BACKBONE_OPTIONS_COLUMN", "CALIBRATOR_DIGEST_COLUMN", "CALIBRATOR_OPTIONS_COLUMN", "DEFINITION_COLUMNS", "FAULT_ENV", "LOCK_NAME", "RUN_KEY", "ResultsLockedError", "ResultsWriteError",
+           "check_append", "check_calibrator_definitions", "check_results", "finished_run", "results_lock", "write_error"]

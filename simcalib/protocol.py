@@ -39,6 +39,7 @@ from simcalib.calibrators import (
     CalibrationGraph,
     Calibrator,
     build_calibrator,
+    calibrator_definition,
     canonical_calibrator,
 )
 from simcalib.calibrators.across_runs import fit_across_runs, generator_after_build, stackable
@@ -46,7 +47,13 @@ from simcalib.data import GraphData, get_spec, graph_digest, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.executor import Counted, in_processes
 from simcalib.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
-from simcalib.integrity import BACKBONE_OPTIONS_COLUMN, finished_run, results_lock
+from simcalib.integrity import (
+    BACKBONE_OPTIONS_COLUMN,
+    CALIBRATOR_DIGEST_COLUMN,
+    CALIBRATOR_OPTIONS_COLUMN,
+    finished_run,
+    results_lock,
+)
 from simcalib.metrics import compute_metrics
 from simcalib.results_store import (
     AUDIT_COLUMNS,
@@ -207,6 +214,16 @@ def planned_runs(runs: Sequence[Run], settings: ProtocolSettings) -> list[dict]:
     compares them with the rows of a results file."""
     return [{"dataset": r.dataset, "backbone": r.backbone, "split": r.split, "init": r.init, "fold": r.fold,
              "label_rate": settings.label_rate, "seed": r.seed(settings), **run_definition(r, settings)} for r in runs]
+
+
+def planned_definitions(dataset: str, backbone: str,
+                        calibrators: Iterable[tuple[str, dict | None]]) -> dict[tuple[str, str, str], str]:
+    """(dataset, backbone, calibrator) -> the calibrator digest its rows will carry, for each (name, options)
+    of ``calibrators`` (:func:`~simcalib.calibrators.calibrator_definition`), as
+    :func:`~simcalib.integrity.check_append` compares them with a results file's rows."""
+    dataset, backbone = get_spec(dataset).name, backbone_name(backbone)
+    return {(dataset, backbone, canonical_calibrator(name)):
+            calibrator_definition(name, dataset, backbone, **(options or {})).digest for name, options in calibrators}
 
 
 def backbone_config(run: Run, settings: ProtocolSettings) -> BackboneConfig:
@@ -378,11 +395,13 @@ def evaluate_calibrator(
             figure_bins = to_json(summarise(test_probs.numpy(), y_test.numpy(), distance, t_feat=t_feat))
         if predictions_dir is not None:
             save_predictions(Path(predictions_dir), run, name, test_probs.numpy(), y_test.numpy(), test_idx, distance)
+    definition = calibrator_definition(name, run.dataset, run.backbone, **(options or {}))
     return {
         "dataset": run.dataset, "backbone": run.backbone, "calibrator": name,
         "split": run.split, "init": run.init, "fold": run.fold, "seed": run.seed(settings),
         **metrics, "fit_seconds": fit_seconds, "label_rate": settings.label_rate, **audit,
         "backbone_digest": backbone_digest(output), "figure_bins": figure_bins, **run_definition(run, settings),
+        CALIBRATOR_OPTIONS_COLUMN: definition.text, CALIBRATOR_DIGEST_COLUMN: definition.digest,
     }
 
 
@@ -538,11 +557,13 @@ def _run_benchmark_locked(request, settings, out_dir: Path, calibrators, save_pr
     runs = make_runs(request.dataset, request.backbone, request.splits, request.inits, request.folds)
     load_graph(runs[0].dataset, settings)  # fail fast on missing data, before any progress bar
     planned = planned_runs(runs, settings)
-    check_results_file(results_path, planned)  # before anything is added
+    definitions = planned_definitions(runs[0].dataset, runs[0].backbone,
+                                      [(c, request.calibrator_options.get(c)) for c in calibrators])
+    check_results_file(results_path, planned, definitions)  # before anything is added
     if resume_from is not None:
         copy_finished_rows(Path(resume_from), results_path,
                            {result_key(r.dataset, r.backbone, c, r.split, r.init, r.fold, r.seed(settings))
-                            for r in runs for c in calibrators}, planned)
+                            for r in runs for c in calibrators}, planned, definitions)
     existing = read_results(results_path)
     done = set(result_keys(existing))
     predictions_dir = out_dir / "predictions" if save_predictions else None
@@ -586,7 +607,7 @@ def _run_benchmark_locked(request, settings, out_dir: Path, calibrators, save_pr
 __all__ = [
     "BenchmarkRequest", "FittedCalibrator", "ProtocolSettings", "Run", "backbone_config", "backbone_digest", "backbone_options",
     "calibration_graph", "describe_split_sources", "evaluate_calibrator", "fit_calibrator",
-    "fit_calibrator_across_runs", "fits_across_runs", "load_graph", "make_runs", "planned_runs", "run_benchmark",
+    "fit_calibrator_across_runs", "fits_across_runs", "load_graph", "make_runs", "planned_definitions", "planned_runs", "run_benchmark",
     "run_definition", "run_split", "run_split_sources", "save_predictions", "train_run_backbone",
     "train_split_backbones",
 ]

@@ -21,6 +21,8 @@ import pandas as pd
 from simcalib.errors import ConfigError
 from simcalib.integrity import (
     BACKBONE_OPTIONS_COLUMN,
+    CALIBRATOR_DIGEST_COLUMN,
+    CALIBRATOR_OPTIONS_COLUMN,
     DEFINITION_COLUMNS,
     check_append,
     check_results,
@@ -42,9 +44,11 @@ AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_s
 # ESTIMATOR_NAMES (simcalib.metrics): estimators beside the binned metrics, last, where appending a row to a
 # file written before them puts them (append_rows widens its header); such rows read them as missing (NaN).
 # BACKBONE_OPTIONS_COLUMN (simcalib.integrity): the backbone's non-default settings (e.g. GAT's attention kernel),
-# last for the same reason; empty (unknown) in rows written before it existed.
+# last for the same reason; empty (unknown) in rows written before it existed. CALIBRATOR_OPTIONS_COLUMN and
+# CALIBRATOR_DIGEST_COLUMN (simcalib.integrity): the calibrator's resolved definition, after it.
 RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *BASE_METRIC_NAMES, "fit_seconds", "label_rate", *AUDIT_COLUMNS,
-                  "backbone_digest", "figure_bins", *DEFINITION_COLUMNS, *ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN]
+                  "backbone_digest", "figure_bins", *DEFINITION_COLUMNS, *ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN,
+                  CALIBRATOR_OPTIONS_COLUMN, CALIBRATOR_DIGEST_COLUMN]
 
 
 def _complete_length(data: bytes) -> int:
@@ -145,12 +149,15 @@ def rewrite_results(path: Path, frame: pd.DataFrame) -> None:
 
 
 def copy_finished_rows(source: Path, results_path: Path, wanted: Collection[tuple[str, ...]],
-                       planned: Sequence[dict] | None = None) -> int:
+                       planned: Sequence[dict] | None = None,
+                       definitions: dict[tuple[str, str, str], str] | None = None) -> int:
     """Append to ``results_path`` the rows of ``source`` whose :func:`result_keys` are in ``wanted`` (the
     requested runs and calibrators, with this study seed's run seeds) and that ``results_path`` does not hold
     yet; returns how many. Refused (ConfigError) when a row to copy was computed on another split or graph
     than ``planned`` (the runs' definitions, :func:`simcalib.protocol.planned_runs`) or ``source`` repeats a
-    run."""
+    run. With ``definitions`` ((dataset, backbone, calibrator) -> calibrator digest), a row whose known
+    calibrator digest differs is not copied (it is of another definition of that calibrator: the run is
+    computed again)."""
     check_resume_source(source)
     try:
         theirs = read_results(source)
@@ -161,6 +168,9 @@ def copy_finished_rows(source: Path, results_path: Path, wanted: Collection[tupl
         raise ConfigError(f"--resume-from {source}: columns {missing} missing; give a results.csv of simcalib benchmark")
     have = set(result_keys(read_results(results_path)))
     take = [k in wanted and k not in have for k in result_keys(theirs)]
+    if definitions and CALIBRATOR_DIGEST_COLUMN in theirs.columns:
+        take = [t and not _other_definition(row, definitions)
+                for t, row in zip(take, theirs.to_dict("records"))]
     rows = check_results(theirs[take], f"--resume-from {source}")
     if planned is not None:
         check_append(rows, planned, source, "--resume-from copies only rows of the same split and data definition: "
@@ -169,20 +179,29 @@ def copy_finished_rows(source: Path, results_path: Path, wanted: Collection[tupl
     return len(rows)
 
 
+def _other_definition(row: dict, definitions: dict[tuple[str, str, str], str]) -> bool:
+    ours = definitions.get((row["dataset"], row["backbone"], row["calibrator"]))
+    digest = row.get(CALIBRATOR_DIGEST_COLUMN)
+    known = digest is not None and not (isinstance(digest, float) and np.isnan(digest)) and str(digest) != ""
+    return ours is not None and known and str(digest) != ours
+
+
 def check_resume_source(source: str | os.PathLike) -> None:
     """ConfigError unless ``source`` (a --resume-from) is a file."""
     if not Path(source).is_file():
         raise ConfigError(f"--resume-from {source}: no such file; give the path of an existing results.csv")
 
-def check_results_file(path: Path, planned: Sequence[dict]) -> pd.DataFrame:
+def check_results_file(path: Path, planned: Sequence[dict],
+                       definitions: dict[tuple[str, str, str], str] | None = None) -> pd.DataFrame:
     """The rows of the results file ``path`` when adding the runs ``planned`` (their identities and
     definitions, :func:`simcalib.protocol.planned_runs`) keeps it one protocol: no run twice, one digest per
-    split and dataset, and none other than the runs' own (else ConfigError / DataCorruptError naming the file,
-    the run and what differs)."""
+    split and dataset, and none other than the runs' own, and (with ``definitions``, see
+    :func:`simcalib.protocol.planned_definitions`) each calibrator's rows of the definition it runs under now
+    (else ConfigError / DataCorruptError naming the file, the run and what differs)."""
     existing = check_results(read_results(path), str(path))
     check_append(existing, planned, path,
                  "use the split source and data of those rows (their split_source column; --splits-dir, "
-                 "$SIMCALIB_SPLITS_DIR, --generated-splits), or another --out")
+                 "$SIMCALIB_SPLITS_DIR, --generated-splits), or another --out", definitions)
     return existing
 
 

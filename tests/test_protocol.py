@@ -3,7 +3,12 @@ import pandas as pd
 import pytest
 
 from simcalib.errors import ConfigError
-from simcalib.integrity import BACKBONE_OPTIONS_COLUMN, DEFINITION_COLUMNS
+from simcalib.integrity import (
+    BACKBONE_OPTIONS_COLUMN,
+    CALIBRATOR_DIGEST_COLUMN,
+    CALIBRATOR_OPTIONS_COLUMN,
+    DEFINITION_COLUMNS,
+)
 from simcalib.metrics import ESTIMATOR_NAMES
 from simcalib.protocol import (
     BenchmarkRequest,
@@ -157,14 +162,16 @@ def test_simcalib_figure_data_carries_its_feature_temperature_per_distance_group
 
 def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_row(tmp_path):
     path = tmp_path / "results.csv"
-    later = ("backbone_digest", "figure_bins", *DEFINITION_COLUMNS, *ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN)
+    later = ("backbone_digest", "figure_bins", *DEFINITION_COLUMNS, *ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN,
+             CALIBRATOR_OPTIONS_COLUMN, CALIBRATOR_DIGEST_COLUMN)
     old_columns = [c for c in RESULT_COLUMNS if c not in AUDIT_COLUMNS and c not in later]
     old = pd.DataFrame([{c: 1 for c in old_columns}])
     old.to_csv(path, index=False)
     audit = {c: None for c in AUDIT_COLUMNS} | {"w": 0.8, "t": 0.5}  # as evaluate_calibrator writes it
     definition = {"split_digest": "00000000000000aa", "data_digest": "00000000000000bb", "split_source": "generated"}
     append_rows(path, [{**{c: 2 for c in old_columns}, **audit, "backbone_digest": "0123456789abcdef", "figure_bins": None,
-                        **definition, **{m: 0.5 for m in ESTIMATOR_NAMES}, BACKBONE_OPTIONS_COLUMN: "default"}])
+                        **definition, **{m: 0.5 for m in ESTIMATOR_NAMES}, BACKBONE_OPTIONS_COLUMN: "default",
+                        CALIBRATOR_OPTIONS_COLUMN: '{"class":"TS"}', CALIBRATOR_DIGEST_COLUMN: "0123456789ab"}])
     both = pd.read_csv(path)
     assert list(both.columns[:len(RESULT_COLUMNS)]) == RESULT_COLUMNS and len(both) == 2
     assert both["ece"].tolist() == [1, 2] and pd.isna(both.loc[0, "w"]) and both.loc[1, "w"] == 0.8
@@ -172,11 +179,13 @@ def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_r
 
 def test_a_results_file_from_before_the_estimator_columns_reads_them_as_missing_never_as_zero(tmp_path):
     path = tmp_path / "results.csv"
-    old_columns = [c for c in RESULT_COLUMNS if c not in (*ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN)]
+    new_columns = (*ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN, CALIBRATOR_OPTIONS_COLUMN, CALIBRATOR_DIGEST_COLUMN)
+    old_columns = [c for c in RESULT_COLUMNS if c not in new_columns]
     pd.DataFrame([{c: 1 for c in old_columns}]).to_csv(path, index=False)
     summary = summarize(read_results(path))
     assert summary["ece_mean"].tolist() == [1] and summary[[f"{m}_mean" for m in ESTIMATOR_NAMES]].isna().all(None)
-    append_rows(path, [{**{c: 2 for c in old_columns}, **{m: 0.5 for m in ESTIMATOR_NAMES}, BACKBONE_OPTIONS_COLUMN: "default"}])
+    append_rows(path, [{**{c: 2 for c in old_columns}, **{m: 0.5 for m in ESTIMATOR_NAMES}, BACKBONE_OPTIONS_COLUMN: "default",
+                        CALIBRATOR_OPTIONS_COLUMN: '{"class":"TS"}', CALIBRATOR_DIGEST_COLUMN: "0123456789ab"}])
     both = pd.read_csv(path)
     assert list(both.columns) == RESULT_COLUMNS  # widened at the end, where a file written with them has them
     assert both.loc[0, list(ESTIMATOR_NAMES)].isna().all() and (both.loc[1, list(ESTIMATOR_NAMES)] == 0.5).all()
@@ -495,3 +504,49 @@ def test_an_unwritable_or_full_output_folder_fails_in_one_line_and_keeps_what_wa
     assert len(pd.read_csv(tmp_path / "out" / "results.csv")) == 1
     monkeypatch.undo()
     assert len(run_benchmark(request, settings, tmp_path / "out")) == 2
+
+
+def test_rows_name_their_calibrator_definition_and_a_file_never_mixes_two(settings, tmp_path):
+    import json
+
+    from simcalib.calibrators import calibrator_definition
+    from simcalib.errors import DataCorruptError
+    from simcalib.integrity import CALIBRATOR_DIGEST_COLUMN, CALIBRATOR_OPTIONS_COLUMN, check_results
+
+    request = BenchmarkRequest("cora", "GCN", ["ts", "gats"], splits=[0], inits=[0], folds=[0])
+    out = tmp_path / "out"
+    rows = run_benchmark(request, settings, out)
+    gats = rows[rows["calibrator"] == "GATS"].iloc[0]
+    options = json.loads(gats[CALIBRATOR_OPTIONS_COLUMN])
+    # every constructor option, resolved for the benchmark: GATS's Cora GCN weight decay, its class defaults
+    assert options == {"class": "GATS", "bias": 1.0, "heads": 8, "lr": 0.01, "max_epochs": 2000,
+                       "negative_slope": 0.2, "patience": 100, "weight_decay": 0.005}
+    assert gats[CALIBRATOR_DIGEST_COLUMN] == calibrator_definition("GATS", "Cora", "GCN").digest
+    assert calibrator_definition("GATS", "Cora", "GAT").digest != gats[CALIBRATOR_DIGEST_COLUMN]  # decay 0.01
+    assert calibrator_definition("GATS", "Cora", "GCN", heads=4).digest != gats[CALIBRATOR_DIGEST_COLUMN]
+    with pytest.raises(ConfigError, match="invalid options for calibrator GATS: hedas"):
+        calibrator_definition("GATS", "Cora", "GCN", hedas=4)
+
+    # more runs of the same calibrator under other options: refused before anything is written
+    before = (out / "results.csv").read_bytes()
+    more = BenchmarkRequest("cora", "GCN", ["ts", "gats"], splits=[0], inits=[0], folds=[0, 1],
+                            calibrator_options={"GATS": {"heads": 4}})
+    with pytest.raises(ConfigError, match=r"its Cora GCN rows of GATS were computed under another definition of GATS "
+                                          r"\(calibrator_digest [0-9a-f]{12}, here [0-9a-f]{12}"):
+        run_benchmark(more, settings, out)
+    assert (out / "results.csv").read_bytes() == before
+
+    # --resume-from copies only rows of the definition that runs now; the other is computed again
+    resumed = run_benchmark(more, settings, tmp_path / "resumed", resume_from=out / "results.csv")
+    by = resumed.set_index(["calibrator", "fold"])
+    assert by.loc[("TS", 0), "fit_seconds"] == rows.set_index("calibrator").loc["TS", "fit_seconds"]  # copied
+    assert by.loc[("GATS", 0), CALIBRATOR_DIGEST_COLUMN] == calibrator_definition("GATS", "Cora", "GCN", heads=4).digest
+    assert set(by[CALIBRATOR_DIGEST_COLUMN].groupby("calibrator").nunique()) == {1}
+
+    # a table holding both definitions of one calibrator of one benchmark is refused by name
+    mixed = pd.concat([rows, resumed[resumed["calibrator"] == "GATS"].assign(init=1)], ignore_index=True)
+    with pytest.raises(DataCorruptError, match=r"rows of one calibrator were computed on different calibrator_digest "
+                                               r"values \(Cora GCN GATS\).*see the calibrator_options column"):
+        check_results(mixed, "mixed")
+    # rows written before the columns existed are unknown, never refused
+    assert len(check_results(mixed.assign(**{CALIBRATOR_DIGEST_COLUMN: None}), "old")) == len(mixed)

@@ -6,7 +6,12 @@ configurations of one implementation, not copies. Names are matched case-insensi
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 from dataclasses import dataclass, field
+
+from torch import nn
 
 from simcalib.calibrators.base import HIDDEN_LABEL, CalibrationGraph, Calibrator, TemperatureCalibrator
 from simcalib.calibrators.cagcn import CaGCN
@@ -53,6 +58,21 @@ def canonical_calibrator(name: str) -> str:
     return resolve_name(name, CALIBRATORS, "calibrator")
 
 
+def _build_kwargs(entry: CalibratorEntry, dataset: str | None, backbone: str | None, options: dict) -> dict:
+    """The keyword options ``entry``'s class is built with on (dataset, backbone): the default weight decay,
+    the class's per-benchmark defaults, the name's preset, then ``options``."""
+    if entry.tuned_from is not None and not options:
+        raise ConfigError(f"{entry.name} is {entry.tuned_from} with options tuned per benchmark, and none were given: "
+                          f"pass them, e.g. build_calibrator({entry.name!r}, ..., **load_tuned_params(dataset, "
+                          f"backbone, {entry.tuned_from!r})) from simcalib.tuning.store, or name it in a study file "
+                          f"or `simcalib benchmark --calibrators`, which read study/tuned/")
+    # per-benchmark option defaults besides weight decay (e.g. GATS's bias on CoraFull)
+    benchmark_defaults = getattr(entry.cls, "benchmark_defaults", None)
+    per_benchmark = benchmark_defaults(dataset, backbone) if benchmark_defaults else {}
+    return {"weight_decay": default_weight_decay(entry.cls.name, dataset, backbone), **per_benchmark,
+            **entry.preset, **options}
+
+
 def build_calibrator(name: str, num_classes: int, dataset: str | None = None, backbone: str | None = None,
                      **options) -> Calibrator:
     """Instantiate a registered calibrator with the protocol defaults for (dataset, backbone).
@@ -63,20 +83,60 @@ def build_calibrator(name: str, num_classes: int, dataset: str | None = None, ba
     pass them here as ``options``; the library reads no file.
     """
     entry = CALIBRATORS[canonical_calibrator(name)]
-    if entry.tuned_from is not None and not options:
-        raise ConfigError(f"{entry.name} is {entry.tuned_from} with options tuned per benchmark, and none were given: "
-                          f"pass them, e.g. build_calibrator({entry.name!r}, ..., **load_tuned_params(dataset, "
-                          f"backbone, {entry.tuned_from!r})) from simcalib.tuning.store, or name it in a study file "
-                          f"or `simcalib benchmark --calibrators`, which read study/tuned/")
-    # per-benchmark option defaults besides weight decay (e.g. GATS's bias on CoraFull)
-    benchmark_defaults = getattr(entry.cls, "benchmark_defaults", None)
-    per_benchmark = benchmark_defaults(dataset, backbone) if benchmark_defaults else {}
-    kwargs = {"weight_decay": default_weight_decay(entry.cls.name, dataset, backbone), **per_benchmark,
-              **entry.preset, **options}
+    kwargs = _build_kwargs(entry, dataset, backbone, options)
     try:
         return entry.cls(num_classes, **kwargs)
     except TypeError as exc:
         raise ConfigError(f"invalid options for calibrator {entry.name}: {exc}") from None
+
+
+def _constructor_defaults(cls: type) -> dict:
+    """Every keyword option of ``cls``'s constructor chain (its own ``__init__`` and those it passes
+    ``**kwargs`` on to) with its default; the most derived class's default wins."""
+    defaults: dict = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is nn.Module or klass is object:
+            continue
+        for parameter in list(inspect.signature(init).parameters.values())[1:]:
+            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) or parameter.name == "num_classes":
+                continue
+            defaults.setdefault(parameter.name, parameter.default)
+    return defaults
+
+
+@dataclass(frozen=True)
+class CalibratorDefinition:
+    """What a registered name builds on one benchmark: its class and every constructor option, resolved."""
+
+    name: str
+    options: dict  # {"class": class name, option: value, ...}, every option of the constructor chain
+
+    @property
+    def text(self) -> str:
+        """The options as canonical JSON (sorted keys): what a results row records."""
+        return json.dumps(self.options, sort_keys=True, default=repr, separators=(",", ":"))
+
+    @property
+    def digest(self) -> str:
+        """12 hex digits of SHA-256 over :attr:`text`: equal digests, equal definitions."""
+        return hashlib.sha256(self.text.encode()).hexdigest()[:12]
+
+
+def calibrator_definition(name: str, dataset: str | None = None, backbone: str | None = None,
+                          **options) -> CalibratorDefinition:
+    """The resolved definition of ``name`` on (dataset, backbone) with ``options`` (as :func:`build_calibrator`
+    would build it): a changed default, preset, per-benchmark setting or tuned option gives another digest,
+    so rows of two definitions of one calibrator are never taken for one (:mod:`simcalib.integrity`).
+    Unknown options raise a ConfigError naming the calibrator."""
+    entry = CALIBRATORS[canonical_calibrator(name)]
+    kwargs = _build_kwargs(entry, dataset, backbone, options)
+    defaults = _constructor_defaults(entry.cls)
+    unknown = sorted(set(kwargs) - set(defaults))
+    if unknown:
+        raise ConfigError(f"invalid options for calibrator {entry.name}: {', '.join(unknown)} (its options: "
+                          f"{', '.join(sorted(defaults))})")
+    return CalibratorDefinition(entry.name, {"class": entry.cls.__name__, **defaults, **kwargs})
 
 
 register_calibrator("UnCal", UnCal)
@@ -117,6 +177,6 @@ for _w in (0.5, 0.6, 0.8, 0.9):
 
 __all__ = [
     "CALIBRATORS", "ETS", "GATS", "GETS", "HIDDEN_LABEL", "IRM", "TS", "VS", "CaGCN", "CalibrationGraph",
-    "Calibrator", "CalibratorEntry", "Dirichlet", "OrderInvariant", "SimCalib", "Spline", "TemperatureCalibrator", "UnCal", "build_calibrator", "calibrator_names", "canonical_calibrator",
+    "Calibrator", "CalibratorDefinition", "CalibratorEntry", "Dirichlet", "OrderInvariant", "SimCalib", "Spline", "TemperatureCalibrator", "UnCal", "build_calibrator", "calibrator_definition", "calibrator_names", "canonical_calibrator",
     "default_weight_decay", "register_calibrator",
 ]

@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         BenchmarkRequest,
         describe_split_sources,
         make_runs,
+        planned_definitions,
         planned_runs,
         run_benchmark,
         run_split_sources,
@@ -144,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
         with sigterm_as_interrupt(), results_lock(out, wait=args.wait, notify=notify):
             # the folder's rows and splits.json must be of these runs' splits before anything is written
             runs = make_runs(dataset, backbone, args.splits, args.inits, args.folds)
-            check_results_file(out / "results.csv", planned_runs(runs, settings))
+            check_results_file(out / "results.csv", planned_runs(runs, settings),
+                               planned_definitions(dataset, backbone, [(c, options.get(c)) for c in calibrators]))
             record_split_sources(out, run_split_sources(dataset, args.splits, settings))
             results = run_benchmark(request, settings, out, save_predictions=args.save_predictions, progress=progress,
                                     workers=args.workers, batch_runs=args.batch_runs, resume_from=args.resume_from,

@@ -26,6 +26,7 @@ import simcalib.report.figures as figs
 import simcalib.report.stats as stats
 import simcalib.report.theory as theory
 from simcalib.metrics import ESTIMATOR_NAMES
+from simcalib.report.definitions import definition_blocks, definitions_frame, write_definitions
 from simcalib.report.grid import grid_choices, grid_choices_grid
 from simcalib.report.paper import PaperTables, load_paper_tables
 from simcalib.report.render import (
@@ -608,7 +609,8 @@ def assemble(study: StudyResults, paper: PaperTables, tables: TableSet, sig: Sig
             *table_blocks(tables, split_evidence(study.main_rows())),
             *grid_choice_blocks(study),
             *significance_blocks(sig),
-            *figure_blocks(figures, out_dir), *theory_blocks(theory_result, out_dir)]
+            *figure_blocks(figures, out_dir), *theory_blocks(theory_result, out_dir),
+            *definition_blocks(definitions_frame(study.rows))]
 
 
 @dataclass
@@ -639,6 +641,7 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
     sweep = None if data_efficiency is None else select_splits(load_study_results(data_efficiency), splits)
     tables = build_tables(study, paper)
     files = write_tables(tables, out_dir) + write_grid_choices(study, out_dir)
+    files.append(write_definitions(definitions_frame(study.rows), out_dir))
     sig = compute_significance(study, tables, paper)
     files += write_significance(sig, out_dir)
     figures = make_figures(study, out_dir, keep_figures, sweep, pinned_figures)
