@@ -12,5 +12,6 @@ COMMAND_MODULES = [
     "simcalib.commands.report",
     "simcalib.commands.study",
     "simcalib.commands.ui",
+    "simcalib.commands.track",
     "simcalib.commands.feature_signal",
 ]
