@@ -27,6 +27,7 @@ from simcalib.calibrators.spline import Spline
 from simcalib.calibrators.ts import TS
 from simcalib.calibrators.uncal import UnCal
 from simcalib.calibrators.vs import VS
+from simcalib.calibrators.wats import WATS
 from simcalib.errors import ConfigError, resolve_name
 
 
@@ -145,12 +146,13 @@ register_calibrator("VS", VS)
 register_calibrator("ETS", ETS)
 register_calibrator("CaGCN", CaGCN)
 register_calibrator("GATS", GATS)
-# Calibrators beyond the paper's seven: the GATS code's four extra ones, and GETS.
+# Calibrators beyond the paper's seven: the GATS code's four extra ones, GETS and WATS.
 register_calibrator("Dirichlet", Dirichlet)
 register_calibrator("IRM", IRM)
 register_calibrator("Spline", Spline)
 register_calibrator("OrderInvariant", OrderInvariant)
 register_calibrator("GETS", GETS)
+register_calibrator("WATS", WATS)
 # SimCalib and its ablations (paper Table 3): presets of one implementation.
 register_calibrator("SimCalib", SimCalib)
 # T_feat = softplus(G_feat(s, A)) with 0.05 decay on every parameter: one constant T_feat per run, kept to measure
@@ -177,6 +179,8 @@ for _w in (0.5, 0.6, 0.8, 0.9):
 
 __all__ = [
     "CALIBRATORS", "ETS", "GATS", "GETS", "HIDDEN_LABEL", "IRM", "TS", "VS", "CaGCN", "CalibrationGraph",
-    "Calibrator", "CalibratorDefinition", "CalibratorEntry", "Dirichlet", "OrderInvariant", "SimCalib", "Spline", "TemperatureCalibrator", "UnCal", "build_calibrator", "calibrator_definition", "calibrator_names", "canonical_calibrator",
+    "Calibrator", "CalibratorDefinition", "CalibratorEntry", "Dirichlet", "OrderInvariant", "SimCalib", "Spline",
+    "TemperatureCalibrator", "UnCal", "WATS", "build_calibrator", "calibrator_definition", "calibrator_names",
+    "canonical_calibrator",
     "default_weight_decay", "register_calibrator",
 ]
