@@ -11,6 +11,7 @@ import inspect
 import json
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from simcalib.calibrators.base import HIDDEN_LABEL, CalibrationGraph, Calibrator, TemperatureCalibrator
@@ -91,6 +92,9 @@ def build_calibrator(name: str, num_classes: int, dataset: str | None = None, ba
         raise ConfigError(f"invalid options for calibrator {entry.name}: {exc}") from None
 
 
+TRAINING_OPTIONS = ("lr", "weight_decay", "max_epochs", "patience")  # Calibrator's own, kept as attributes
+
+
 def _constructor_defaults(cls: type) -> dict:
     """Every keyword option of ``cls``'s constructor chain (its own ``__init__`` and those it passes
     ``**kwargs`` on to) with its default; the most derived class's default wins."""
@@ -137,7 +141,12 @@ def calibrator_definition(name: str, dataset: str | None = None, backbone: str |
     if unknown:
         raise ConfigError(f"invalid options for calibrator {entry.name}: {', '.join(unknown)} (its options: "
                           f"{', '.join(sorted(defaults))})")
-    return CalibratorDefinition(entry.name, {"class": entry.cls.__name__, **defaults, **kwargs})
+    # the training options a class may set in its constructor (e.g. WATS's 1000 epochs), read from a built model;
+    # built under a forked generator so that resolving a definition never moves the random stream of a fit
+    with torch.random.fork_rng(devices=[]):
+        model = entry.cls(2, **kwargs)  # the options do not depend on the number of classes
+    trained = {option: getattr(model, option) for option in TRAINING_OPTIONS}
+    return CalibratorDefinition(entry.name, {"class": entry.cls.__name__, **defaults, **kwargs, **trained})
 
 
 register_calibrator("UnCal", UnCal)
