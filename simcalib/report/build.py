@@ -46,6 +46,7 @@ from simcalib.report.tables import (
     CI_LABEL,
     EXTRA_CALIBRATORS,
     MAIN_METHODS,
+    NEWER_ONLY,
     NOT_RECORDED,
     NOT_RUN,
     TABLE_SPECS,
@@ -90,6 +91,9 @@ def shows_something_new(table: ResultTable) -> bool:
     """False for a table beyond the paper's (no ``paper_key``) none of whose own methods (those not in Table 1)
     ran: it would repeat Table 1's columns beside columns of 'not run'. The paper's tables always show."""
     own = [m for m in table.methods if m not in MAIN_METHODS]
+    required = [m for m in table.spec.requires if m in table.runs.columns]
+    if table.spec.requires and not (required and table.runs[required].to_numpy().sum()):
+        return False
     return table.spec.paper_key is not None or not own or bool(table.runs[own].to_numpy().sum())
 
 
@@ -148,6 +152,7 @@ class Significance:
     across: pd.DataFrame  # SimCalib vs each baseline across benchmarks, Holm over baselines
     paired: pd.DataFrame  # SimCalib vs GATS per benchmark over paired runs, Holm over benchmarks
     comparisons: pd.DataFrame  # every pair of REPORT_PAIRS that ran, per benchmark (stats.paired_comparisons)
+    newer: pd.DataFrame = field(default_factory=pd.DataFrame)  # NEWER_PAIRS on NEWER_TESTED_METRICS (+ metric)
 
 
 # The paired tests beyond SimCalib vs GATS: SimCalib's objectives and tuned settings against their references,
@@ -162,6 +167,29 @@ REPORT_PAIRS: tuple[tuple[str, str], ...] = (
 )
 
 
+# The newer calibrators against the references a user would pick instead, and GETS against its other forms;
+# tested on each metric where lower is better.
+NEWER_PAIRS: tuple[tuple[str, str], ...] = (
+    ("GETS", "GATS"), ("GETS", "TS"), ("WATS", "GATS"), ("WATS", "TS"), ("GETS", "GETS_ap"),
+    ("GETS_holdout", "GETS"), ("GETS_holdout", "GATS"),
+)
+NEWER_TESTED_METRICS = ("ece", "degree_ece", "nll")
+
+
+def newer_comparisons(rows: pd.DataFrame) -> pd.DataFrame:
+    """:func:`stats.paired_comparisons` of :data:`NEWER_PAIRS` on each of :data:`NEWER_TESTED_METRICS` (a
+    ``metric`` column first), where one of the newer-only calibrators ran (see :data:`NEWER_ONLY`)."""
+    if rows.empty or not rows["calibrator"].isin(NEWER_ONLY).any():
+        return pd.DataFrame()
+    frames = [stats.paired_comparisons(rows, NEWER_PAIRS, metric).assign(metric=metric)
+              for metric in NEWER_TESTED_METRICS if metric in rows.columns]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame()
+    frame = pd.concat(frames, ignore_index=True)
+    return frame[["metric", *[c for c in frame.columns if c != "metric"]]]
+
+
 def compute_significance(study: StudyResults, tables: TableSet, paper: PaperTables) -> Significance:
     ours_means = tables.get("table1_ece").mean
     reference = None
@@ -172,7 +200,8 @@ def compute_significance(study: StudyResults, tables: TableSet, paper: PaperTabl
     return Significance(reference, stats.across_benchmarks(ours_means, "SimCalib", "GATS"),
                         stats.across_benchmarks_all(ours_means, "SimCalib", baselines),
                         stats.paired_runs(study.main_rows(), "SimCalib", "GATS", "ece"),
-                        stats.paired_comparisons(study.main_rows(), REPORT_PAIRS, "ece"))
+                        stats.paired_comparisons(study.main_rows(), REPORT_PAIRS, "ece"),
+                        newer_comparisons(study.main_rows()))
 
 
 def write_significance(sig: Significance, out_dir: Path) -> list[Path]:
@@ -186,6 +215,12 @@ def write_significance(sig: Significance, out_dir: Path) -> list[Path]:
               ignore_index=True).to_csv(paths[0], index=False, float_format="%.6g")
     sig.paired.to_csv(paths[1], index=False, float_format="%.6g")
     sig.comparisons.to_csv(paths[2], index=False, float_format="%.6g")
+    newer = folder / "paired_runs_newer_calibrators.csv"
+    if len(sig.newer):
+        sig.newer.to_csv(newer, index=False, float_format="%.6g")
+        paths.append(newer)
+    else:
+        newer.unlink(missing_ok=True)
     return paths
 
 
@@ -534,6 +569,19 @@ def significance_blocks(sig: Significance) -> list[Block]:
                              "against the full method, each extra calibrator against GATS and SimCalib; runs "
                              "paired as above; `significance/paired_runs_all.csv` holds them all."),
                    table_block(stats.PAIRED_HEADER, stats.paired_comparison_cells(others), 3)]
+    if len(sig.newer):
+        blocks += [Heading(3, "The newer calibrators: GETS and WATS against TS and GATS, GETS against its other "
+                              "forms, on ECE, degree-binned ECE and NLL (Holm over the benchmarks within each pair "
+                              "and metric)"),
+                   Paragraph("GETS is the GETS code's model (per-class scaling: it may change the argmax), GETS_ap "
+                             "the accuracy-preserving form (one temperature per node), GETS_holdout GETS stopped on a "
+                             "held-out half of the calibration fold; degree-binned ECE is the number the GETS and "
+                             "WATS papers report. Runs paired as above; "
+                             "`significance/paired_runs_newer_calibrators.csv` holds them all.")]
+        for metric, frame in sig.newer.groupby("metric", sort=False):
+            digits = 4 if metric == "nll" else 2
+            blocks += [Paragraph(f"**{metric}**"),
+                       table_block(stats.PAIRED_HEADER, stats.paired_comparison_cells(frame, digits), 3)]
     return blocks
 
 

@@ -40,8 +40,15 @@ VARIANT_METHODS = ("TS", "GATS", "GATS_tuned", "SimCalib", "SimCalib_stop_nll", 
 # SimCalib's node-wise feature branch (the default) beside the constant one it replaced, on the same backbones.
 FEATURE_BRANCH_METHODS = ("TS", "GATS", "SimCalib_decay_all", "SimCalib")
 # The calibrators beyond the paper's seven, shown beside them in tables of their own.
-EXTRA_CALIBRATORS = ("Dirichlet", "IRM", "Spline", "OrderInvariant", "GETS")
+EXTRA_CALIBRATORS = ("Dirichlet", "IRM", "Spline", "OrderInvariant", "GETS", "WATS")
 EXTRA_METHODS = MAIN_METHODS + EXTRA_CALIBRATORS
+# The newer node-wise calibrators (GETS as its code runs it, its accuracy-preserving and held-out-stop variants,
+# WATS) beside TS and GATS, on the metrics their papers report and the ones this benchmark reports.
+NEWER_METHODS = ("UnCal", "TS", "GATS", "GETS_ap", "GETS", "GETS_holdout", "WATS")
+NEWER_METRICS = ("ece", "degree_ece", "signed_ce", "nll", "accuracy")
+# rows of GETS from before it ran as its code does carry the old definition (now GETS_ap): the newer tables show
+# only where one of these ran beside it
+NEWER_ONLY = ("GETS_ap", "GETS_holdout", "WATS")
 ABLATION_METHODS = ("SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n", "SimCalib")
 W_SWEEP_NAME = re.compile(r"^SimCalib_w(\d+(?:\.\d+)?)$")
 METRIC_LABELS = {
@@ -68,6 +75,7 @@ class TableSpec:
     statistic: str = "mean"  # "mean" (± std) or "median" of the runs
     drop_unrun: bool = False  # leave out the methods that ran on no benchmark
     bold_best: bool = True  # False: no cell is bold (e.g. fit times, where lower is not better calibrated)
+    requires: tuple[str, ...] = ()  # shown only where one of these ran (rows of the definitions it is about)
 
     @property
     def digits(self) -> int:
@@ -110,6 +118,12 @@ TABLE_SPECS: tuple[TableSpec, ...] = (
               "accuracy (over-confident > 0; bold: closest to 0)", "signed_ce", MAIN_METHODS, closest_to_zero=True),
     TableSpec("metric_degree_ece", "Degree-binned ECE (%) of every calibrator, as the GETS and WATS code report it "
               "(10 equal-count bins of nodes by degree, not by confidence: not the ECE)", "degree_ece", MAIN_METHODS),
+    *(TableSpec(f"newer_{metric}", f"{METRIC_LABELS[metric][:1].upper()}{METRIC_LABELS[metric][1:]} of the newer "
+                "calibrators (GETS as its code runs it, GETS_ap its accuracy-preserving form, GETS_holdout stopped "
+                "on held-out calibration nodes, WATS) beside TS and GATS", metric, NEWER_METHODS,
+                lower_is_better=metric != "accuracy", closest_to_zero=metric == "signed_ce", drop_unrun=True,
+                requires=NEWER_ONLY)
+      for metric in NEWER_METRICS),
     TableSpec("cost_fit_seconds", "Fit time (s) of every calibrator: median over runs", "fit_seconds",
               EXTRA_METHODS, statistic="median", drop_unrun=True, bold_best=False),
 )
@@ -476,5 +490,6 @@ def write_table(table: ResultTable | ComparisonTable, folder: Path, stem: str, c
 
 
 __all__ = ["ABLATION_METHODS", "CI_LABEL", "ESTIMATOR_TABLES", "EXTRA_CALIBRATORS", "EXTRA_METHODS", "MAIN_METHODS",
+           "NEWER_METHODS", "NEWER_METRICS", "NEWER_ONLY",
            "NOT_RECORDED", "NOT_RUN", "TABLE_SPECS", "ComparisonTable", "ResultTable", "TableSpec", "benchmark_sort_key", "build_comparison", "build_result_table", "display_name",
            "sorted_benchmarks", "table_latex", "table_markdown", "w_sweep_methods", "write_table"]

@@ -225,3 +225,31 @@ def test_the_estimator_tables_hold_the_rows_that_have_them_and_name_the_benchmar
     assert degree["GATS_ci_low"].notna().all()  # two splits: an interval
     signed = (out.folder / "tables" / "metric_signed_ce.md").read_text()
     assert "| Cora | GCN | 2 |" in signed and "Photo" not in signed
+
+
+def test_the_newer_calibrators_get_tables_and_paired_tests_on_each_metric_only_beside_their_current_definitions(
+        tmp_path):
+    old = ["UnCal", "TS", "GATS", "GETS"]  # a GETS of before its code's definition, alone: no newer tables
+    write_benchmark(tmp_path / "old", "Cora", "GCN", old, predictions=False, estimators=True)
+    out = build_report(tmp_path / "old", tmp_path / "r_old", paper_dir=tmp_path / "no_paper", theory_reps=20,
+                       theory_grid=SMALL_THEORY)
+    assert not list((out.folder / "tables").glob("newer_*"))
+    assert not (out.folder / "significance" / "paired_runs_newer_calibrators.csv").exists()
+
+    newer = ["UnCal", "TS", "GATS", "GETS_ap", "GETS", "GETS_holdout", "WATS"]
+    write_benchmark(tmp_path / "new", "Cora", "GCN", newer, predictions=False, estimators=True)
+    out = build_report(tmp_path / "new", tmp_path / "r_new", paper_dir=tmp_path / "no_paper", theory_reps=20,
+                       theory_grid=SMALL_THEORY)
+    md = out.report_md.read_text()
+    for metric in ("ece", "degree_ece", "signed_ce", "nll", "accuracy"):
+        assert (out.folder / "tables" / f"newer_{metric}.md").is_file()
+    tests = pd.read_csv(out.folder / "significance" / "paired_runs_newer_calibrators.csv")
+    assert set(tests["metric"]) == {"ece", "degree_ece", "nll"}
+    assert {("GETS", "GETS_ap"), ("WATS", "GATS"), ("GETS_holdout", "GETS")} <= set(zip(tests["method"],
+                                                                                          tests["reference"]))
+    assert (tests["pairs"] == 6).all()  # 2 splits x 3 folds
+    gets = tests[(tests["metric"] == "ece") & (tests["method"] == "GETS") & (tests["reference"] == "GETS_ap")].iloc[0]
+    rows = pd.read_csv(tmp_path / "new" / "results.csv").pivot_table(index=["split", "fold"], columns="calibrator",
+                                                                      values="ece")
+    assert gets["mean_diff"] == pytest.approx((rows["GETS"] - rows["GETS_ap"]).mean())
+    assert "The newer calibrators: GETS and WATS against TS and GATS" in md and "Calibrator definitions" in md
