@@ -24,11 +24,11 @@ GENAI_OVERVIEW = "No data available for the selected time range"  # MLflow 3's t
 
 
 @contextmanager
-def simcalib_ui(reference, tmp_path, services: tuple[str, ...]):
+def simcalib_ui(tracking_uri: str, tmp_path, services: tuple[str, ...]):
     """Start `simcalib ui` on free ports; yield (ports, what it printed); then Ctrl-C it and check it stopped."""
     ports = {name: free_port() for name in SERVICES}
     command = [sys.executable, "-m", "simcalib.cli", "ui", "--only", ",".join(services),
-               "--tracking-uri", reference.result["tracking_uri"], "--optuna-storage", f"sqlite:///{tmp_path / 'o.db'}",
+               "--tracking-uri", tracking_uri, "--optuna-storage", f"sqlite:///{tmp_path / 'o.db'}",
                "--log-dir", str(tmp_path / "logs"), *[f"--{name}-port={port}" for name, port in ports.items()]]
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PYTHONUNBUFFERED": "1"}
     env.pop("PREFECT_API_URL", None)
@@ -49,7 +49,7 @@ def simcalib_ui(reference, tmp_path, services: tuple[str, ...]):
 
 
 def test_browser_finds_the_study_runs_in_the_mlflow_ui(reference, chromium, artifacts_dir, tmp_path):
-    with simcalib_ui(reference, tmp_path, ("mlflow",)) as (ports, printed):
+    with simcalib_ui(reference.result["tracking_uri"], tmp_path, ("mlflow",)) as (ports, printed):
         mlflow_url = f"http://127.0.0.1:{ports['mlflow']}"
         assert mlflow_url in printed
         client = MlflowClient(mlflow_url)  # the REST API of the UI's server
@@ -73,6 +73,22 @@ def test_browser_finds_the_study_runs_in_the_mlflow_ui(reference, chromium, arti
         assert pixels.shape[:2] == (1000, 1400) and pixels.std() > 0.05  # a rendered page, not a blank one
 
 
+def test_browser_finds_committed_results_loaded_by_track_in_the_mlflow_ui(chromium, artifacts_dir, tmp_path):
+    from test_track import committed_folder
+
+    from flows.track import track_results
+
+    uri = f"sqlite:///{tmp_path / 'committed.db'}"
+    summary = track_results(committed_folder(tmp_path), uri)
+    with simcalib_ui(uri, tmp_path, ("mlflow",)) as (ports, _):
+        page = runs_table_url(f"http://127.0.0.1:{ports['mlflow']}", summary.experiment_id)
+        dom = chromium.dom(page, size=(2400, 1000))
+        assert "matching runs" in dom and GENAI_OVERVIEW not in dom
+        assert "Group: Cora-GCN" in dom and "Group: Citeseer-GAT" in dom
+        assert all(f"Cora-GCN-{c}" in dom for c in ("UnCal", "TS", "GATS"))
+        chromium.screenshot(page, artifacts_dir / "mlflow_ui_committed_results.png")
+
+
 def reference_printout(reference, mlflow_url: str) -> str:
     """What `simcalib study run` prints about MLflow for the reference study, with the UI at ``mlflow_url``."""
     import contextlib
@@ -88,7 +104,7 @@ def reference_printout(reference, mlflow_url: str) -> str:
 
 @pytest.mark.slow
 def test_all_three_dashboards_answer_on_loopback(reference, tmp_path):
-    with simcalib_ui(reference, tmp_path, SERVICES) as (ports, printed):
+    with simcalib_ui(reference.result["tracking_uri"], tmp_path, SERVICES) as (ports, printed):
         urls = {"mlflow": f"http://127.0.0.1:{ports['mlflow']}/health",
                 "optuna": f"http://127.0.0.1:{ports['optuna']}/api/studies",
                 "prefect": f"http://127.0.0.1:{ports['prefect']}/api/health"}
