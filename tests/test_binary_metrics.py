@@ -19,6 +19,8 @@ def test_positive_ece_by_hand():
     # bins: |0.05 - 1/4| * 4, |0.5 - 1| * 2, |0.9 - 0| * 1, over 7 nodes
     want = (0.2 * 4 + 0.5 * 2 + 0.9 * 1) / 7
     assert metrics.positive_ece(p, y) == pytest.approx(want, abs=1e-12)
+    # 0.12 and 0.18 lie in bins 2 and 3 of 15 (in one bin of 10): (|0.12 - 1| + |0.18 - 0|) / 2
+    assert metrics.positive_ece(_binary([0.12, 0.18]), np.array([1, 0])) == pytest.approx(0.53, abs=1e-12)
 
 
 def test_positive_ece_scores_a_majority_predictor_by_its_positive_rate_where_top_label_ece_is_small():
