@@ -111,7 +111,10 @@ def test_graph_calibrators_fit_the_same_model_with_the_test_labels_hidden_or_giv
     assert not {"homophily", "local_homophily"} & ({f.name for f in dataclasses.fields(CalibrationGraph)} | set(hidden._cache))
 
 
-def test_binary_graph_rows_carry_roc_auc_positive_ece_and_the_one_class_flag(hetero_settings):
+def test_binary_graph_rows_carry_roc_auc_positive_ece_and_the_one_class_flag(hetero_settings, tmp_path):
+    from simcalib.report.results import load_study_results
+    from simcalib.results_store import append_rows
+
     run = Run("minesweeper", "GCN", 0, 0, 0)
     row = evaluate_calibrator(run, hetero_settings, "UnCal")
     output = train_run_backbone(run, hetero_settings)
@@ -123,6 +126,12 @@ def test_binary_graph_rows_carry_roc_auc_positive_ece_and_the_one_class_flag(het
     assert row["roc_auc"] == pytest.approx(100 * metrics.roc_auc(probs, y), rel=1e-6)
     assert row["positive_ece"] == pytest.approx(100 * metrics.positive_ece(probs, y), rel=1e-5)
     assert "positive_ece" in homophily.from_json(row["homophily_bins"])
+    # the report reads the flag and the columns back from results.csv
+    append_rows(tmp_path / "out" / "results.csv", [row])
+    rows = load_study_results(tmp_path / "out").rows
+    assert rows["one_class_backbone"].tolist() == [row["one_class_backbone"]]
+    assert rows["roc_auc"].tolist() == pytest.approx([row["roc_auc"]])
+    assert homophily.from_json(rows["homophily_bins"][0])["count"] == homophily.from_json(row["homophily_bins"])["count"]
 
 
 def test_one_class_flag_is_set_for_a_backbone_that_predicts_the_majority_class_only():
