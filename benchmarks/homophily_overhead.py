@@ -33,6 +33,23 @@ def _median_seconds(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def measure(name: str, repeats: int, rng: np.random.Generator) -> str:
+    """One line: the per-graph and per-row costs on ``name``."""
+    graph = load_dataset(name)
+    n = graph.num_nodes
+    test = np.sort(rng.choice(n, int(0.85 * n), replace=False))
+    probs = rng.dirichlet(np.ones(graph.num_classes), size=len(test))
+    y = graph.y[test].numpy()
+    degree = in_degree(graph.edge_index, n)[test]
+    node_h = local_homophily(graph.edge_index, graph.y, n)
+    per_graph = _median_seconds(lambda: local_homophily(graph.edge_index, graph.y, n), repeats)
+    per_row = _median_seconds(lambda: to_json(summarise(probs, y, node_h[test])), repeats)
+    metrics = _median_seconds(lambda: compute_metrics(probs, y, degree=degree), repeats)
+    return (f"{name}: {n} nodes, {graph.num_edges} directed edges, {len(test)} test nodes | local homophily "
+            f"(once per graph) {1000 * per_graph:.1f} ms | homophily_bins per row {1000 * per_row:.1f} ms | "
+            f"compute_metrics per row {1000 * metrics:.1f} ms ({100 * per_row / metrics:.1f}% of it)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="tolokers,Physics")
@@ -42,19 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     for name in args.datasets.split(","):
-        graph = load_dataset(name)
-        n = graph.num_nodes
-        test = np.sort(rng.choice(n, int(0.85 * n), replace=False))
-        probs = rng.dirichlet(np.ones(graph.num_classes), size=len(test))
-        y = graph.y[test].numpy()
-        degree = in_degree(graph.edge_index, n)[test]
-        node_h = local_homophily(graph.edge_index, graph.y, n)
-        per_graph = _median_seconds(lambda: local_homophily(graph.edge_index, graph.y, n), args.repeats)
-        per_row = _median_seconds(lambda: to_json(summarise(probs, y, node_h[test])), args.repeats)
-        metrics = _median_seconds(lambda: compute_metrics(probs, y, degree=degree), args.repeats)
-        print(f"{name}: {n} nodes, {graph.num_edges} directed edges, {len(test)} test nodes | local homophily "
-              f"(once per graph) {1000 * per_graph:.1f} ms | homophily_bins per row {1000 * per_row:.1f} ms | "
-              f"compute_metrics per row {1000 * metrics:.1f} ms ({100 * per_row / metrics:.1f}% of it)", flush=True)
+        print(measure(name, args.repeats, rng), flush=True)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,14 @@ from simcalib.protocol import (
     make_runs,
     run_benchmark,
 )
-from simcalib.results_store import AUDIT_COLUMNS, LATER_COLUMNS, RESULT_COLUMNS, append_rows, read_results, summarize
+from simcalib.results_store import (
+    AUDIT_COLUMNS,
+    LATER_COLUMNS,
+    RESULT_COLUMNS,
+    append_rows,
+    read_results,
+    summarize,
+)
 
 
 @pytest.fixture
