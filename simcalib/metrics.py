@@ -15,6 +15,11 @@ Beside it, estimators of other quantities or with other biases (:data:`ESTIMATOR
 functions): smooth ECE (:func:`smooth_ece`), the debiased top-label L2 calibration error
 (:func:`debiased_ce`), the signed calibration error (:func:`signed_ce`) and the degree-binned ECE of the GETS
 and WATS code (:func:`degree_ece`), which bins nodes by degree, not by confidence.
+
+On binary graphs (K = 2; minesweeper, tolokers, questions) a majority-class predictor has a small top-label
+ECE, so the rows also hold metrics of p(y = 1) (:data:`BINARY_METRIC_NAMES`, NaN for K > 2): ROC-AUC
+(:func:`roc_auc`) and the calibration error of p(y = 1) (:func:`positive_ece`). The Brier score of
+:func:`brier` is the multi-class one: on K = 2 it is twice the binary Brier score mean (p_1 - y)^2.
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ DEGREE_BINS = 10  # the GETS and WATS configs' num_bin
 BASE_METRIC_NAMES = ("ece", "ace", "mce", "classwise_ece", "kde_ece", "nll", "brier", "accuracy")
 # Columns a results file written before them lacks: such rows read them as missing (NaN), never as zero.
 ESTIMATOR_NAMES = ("smece", "debiased_ce", "signed_ce", "degree_ece")
-METRIC_NAMES = BASE_METRIC_NAMES + ESTIMATOR_NAMES
-PERCENT_METRICS = ("ece", "ace", "mce", "classwise_ece", "kde_ece", "accuracy", *ESTIMATOR_NAMES)
+# Metrics of p(y = 1) on binary graphs (NaN for more classes), likewise NaN in rows written before them.
+BINARY_METRIC_NAMES = ("roc_auc", "positive_ece")
+METRIC_NAMES = BASE_METRIC_NAMES + ESTIMATOR_NAMES + BINARY_METRIC_NAMES
+PERCENT_METRICS = ("ece", "ace", "mce", "classwise_ece", "kde_ece", "accuracy", *ESTIMATOR_NAMES, *BINARY_METRIC_NAMES)
 
 
 def _as_numpy(probs, labels) -> tuple[np.ndarray, np.ndarray]:
@@ -269,6 +276,51 @@ def degree_ece(probs, labels, degree, n_bins: int = DEGREE_BINS) -> float:
     return float((gaps * count).sum() / len(labels))
 
 
+def _positive_probability(probs: np.ndarray) -> np.ndarray:
+    if probs.shape[1] != 2:
+        raise ValueError(f"a metric of p(y = 1) needs 2 classes, got {probs.shape[1]}")
+    return probs[:, 1]
+
+
+def positive_ece(probs, labels, n_bins: int = N_BINS) -> float:
+    """Calibration error of p(y = 1) on a binary task (fraction), with equal-width bins over p = p(y = 1):
+
+        CE_1 = sum_m |B_m| / N * |mean_{i in B_m} p_i - mean_{i in B_m} 1[y_i = 1]|,   B_m = {i : (m-1)/M < p_i <= m/M},
+
+    p = 0 in the first bin. Unlike the top-label ECE, a predictor of the majority class with p(y = 1) near 0
+    for every node is scored by how far that p is from the positive rate. (The classwise ECE's term of class 1;
+    on K = 2 the classwise ECE equals it up to nodes on a bin edge.)
+    """
+    probs, labels = _as_numpy(probs, labels)
+    p = _positive_probability(probs)
+    gaps, count = _binned_gaps(p, (labels == 1).astype(np.float64), bin_index(p, n_bins), n_bins)
+    return float((gaps * count).sum() / len(labels))
+
+
+def roc_auc(probs, labels) -> float:
+    """ROC-AUC of p(y = 1) on a binary task (fraction): the probability that a random node with y = 1 gets a
+    higher p(y = 1) than a random node with y = 0, ties counting one half (Mann-Whitney U / (n_1 n_0), from the
+    mid-ranks of p). NaN when the nodes hold one class only."""
+    from scipy.stats import rankdata
+
+    probs, labels = _as_numpy(probs, labels)
+    p = _positive_probability(probs)
+    positive = labels == 1
+    n1, n0 = int(positive.sum()), int((~positive).sum())
+    if n1 == 0 or n0 == 0:
+        return float("nan")
+    ranks = rankdata(p)  # mid-ranks: ties share their mean rank
+    return float((ranks[positive].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+def binary_metrics(probs, labels, n_bins: int = N_BINS) -> dict[str, float]:
+    """:data:`BINARY_METRIC_NAMES` as fractions: the metrics of p(y = 1) for K = 2, NaN for K > 2."""
+    probs, labels = _as_numpy(probs, labels)
+    if probs.shape[1] != 2:
+        return {name: float("nan") for name in BINARY_METRIC_NAMES}
+    return {"roc_auc": roc_auc(probs, labels), "positive_ece": positive_ece(probs, labels, n_bins)}
+
+
 def compute_metrics(probs, labels, n_bins: int = N_BINS, degree=None) -> dict[str, float]:
     """Every metric of the results table (:data:`METRIC_NAMES`); ECE-type metrics and accuracy in percent.
     ``degree``: each node's degree (for :func:`degree_ece`; NaN without it)."""
@@ -288,5 +340,6 @@ def compute_metrics(probs, labels, n_bins: int = N_BINS, degree=None) -> dict[st
         "debiased_ce": debiased_ce(probs, labels, n_bins),
         "signed_ce": signed_ce(probs, labels),
         "degree_ece": float("nan") if degree is None else degree_ece(probs, labels, degree),
+        **binary_metrics(probs, labels, n_bins),
     }
     return {k: (100.0 * v if k in PERCENT_METRICS else v) for k, v in values.items()}

@@ -47,6 +47,9 @@ from simcalib.data import GraphData, get_spec, graph_digest, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.executor import Counted, in_processes
 from simcalib.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
+from simcalib.homophily import local_homophily
+from simcalib.homophily import summarise as homophily_summary
+from simcalib.homophily import to_json as homophily_json
 from simcalib.integrity import (
     BACKBONE_OPTIONS_COLUMN,
     CALIBRATOR_DIGEST_COLUMN,
@@ -165,6 +168,24 @@ def run_definition(run: Run, settings: ProtocolSettings) -> dict[str, str]:
     split = run_split(run, settings, graph)
     return {"split_digest": split_digest(split), "data_digest": digest, "split_source": split_source_label(split),
             BACKBONE_OPTIONS_COLUMN: backbone_options(run, settings)}
+
+
+def nodes_local_homophily(graph: GraphData, nodes: np.ndarray) -> np.ndarray:
+    """Local homophily (:func:`simcalib.homophily.local_homophily`) of ``nodes`` (the test nodes), from the
+    graph's TRUE labels: for the analysis columns only, never given to a calibrator. Computed once per loaded
+    graph."""
+    homophily = getattr(graph, "_simcalib_local_homophily", None)
+    if homophily is None:
+        homophily = local_homophily(graph.edge_index, graph.y, graph.num_nodes)
+        graph._simcalib_local_homophily = homophily
+    return homophily[nodes]
+
+
+def one_class_backbone(output: BackboneOutput, test_idx: np.ndarray) -> bool:
+    """True when the backbone's argmax names one class only over the test nodes (e.g. the majority class of
+    an imbalanced binary graph): its top-label ECE then says little, and ROC-AUC is that of its scores."""
+    predicted = output.logits[torch.from_numpy(test_idx).to(output.logits.device)].argmax(dim=1)
+    return bool(predicted.unique().numel() <= 1)
 
 
 def backbone_options(run: Run, settings: ProtocolSettings) -> str:
@@ -380,7 +401,8 @@ def evaluate_calibrator(
     model, cg, test_idx, fit_seconds = fitted.model, fitted.graph, fitted.test_idx, fitted.fit_seconds
     probs = model.predict_proba(cg).cpu()
     audit = {column: None for column in AUDIT_COLUMNS} | model.audit(cg, torch.from_numpy(test_idx).to(cg.device))
-    y_test = load_graph(run.dataset, settings).y[test_idx]
+    graph = load_graph(run.dataset, settings)
+    y_test = graph.y[test_idx]
     test_probs = probs[test_idx]
     test_degree = cg.degree()[torch.from_numpy(test_idx).to(cg.device)].cpu()  # in-degree: for degree_ece
     metrics = compute_metrics(test_probs, y_test, degree=test_degree)
@@ -395,12 +417,16 @@ def evaluate_calibrator(
             figure_bins = to_json(summarise(test_probs.numpy(), y_test.numpy(), distance, t_feat=t_feat))
         if predictions_dir is not None:
             save_predictions(Path(predictions_dir), run, name, test_probs.numpy(), y_test.numpy(), test_idx, distance)
+    # analysis only, from the true labels of the loaded graph (outside the calibrator's CalibrationGraph)
+    homophily_bins = homophily_json(homophily_summary(test_probs.numpy(), y_test.numpy(),
+                                                      nodes_local_homophily(graph, test_idx)))
     definition = calibrator_definition(name, run.dataset, run.backbone, **(options or {}))
     return {
         "dataset": run.dataset, "backbone": run.backbone, "calibrator": name,
         "split": run.split, "init": run.init, "fold": run.fold, "seed": run.seed(settings),
         **metrics, "fit_seconds": fit_seconds, "label_rate": settings.label_rate, **audit,
         "backbone_digest": backbone_digest(output), "figure_bins": figure_bins, **run_definition(run, settings),
+        "one_class_backbone": one_class_backbone(output, test_idx), "homophily_bins": homophily_bins,
         CALIBRATOR_OPTIONS_COLUMN: definition.text, CALIBRATOR_DIGEST_COLUMN: definition.digest,
     }
 
@@ -607,7 +633,7 @@ def _run_benchmark_locked(request, settings, out_dir: Path, calibrators, save_pr
 __all__ = [
     "BenchmarkRequest", "FittedCalibrator", "ProtocolSettings", "Run", "backbone_config", "backbone_digest", "backbone_options",
     "calibration_graph", "describe_split_sources", "evaluate_calibrator", "fit_calibrator",
-    "fit_calibrator_across_runs", "fits_across_runs", "load_graph", "make_runs", "planned_definitions", "planned_runs", "run_benchmark",
-    "run_definition", "run_split", "run_split_sources", "save_predictions", "train_run_backbone",
-    "train_split_backbones",
+    "fit_calibrator_across_runs", "fits_across_runs", "load_graph", "make_runs", "nodes_local_homophily",
+    "one_class_backbone", "planned_definitions", "planned_runs", "run_benchmark", "run_definition", "run_split",
+    "run_split_sources", "save_predictions", "train_run_backbone", "train_split_backbones",
 ]

@@ -28,7 +28,7 @@ from simcalib.integrity import (
     check_results,
     write_error,
 )
-from simcalib.metrics import BASE_METRIC_NAMES, ESTIMATOR_NAMES, METRIC_NAMES
+from simcalib.metrics import BASE_METRIC_NAMES, BINARY_METRIC_NAMES, ESTIMATOR_NAMES, METRIC_NAMES
 
 KEY_COLUMNS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
 # What a fitted calibrator reports of itself (Calibrator.audit): SimCalib's chosen grid point and the mean and
@@ -44,11 +44,16 @@ AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_s
 # ESTIMATOR_NAMES (simcalib.metrics): estimators beside the binned metrics, last, where appending a row to a
 # file written before them puts them (append_rows widens its header); such rows read them as missing (NaN).
 # BACKBONE_OPTIONS_COLUMN (simcalib.integrity): the backbone's non-default settings (e.g. GAT's attention kernel),
-# last for the same reason; empty (unknown) in rows written before it existed. CALIBRATOR_OPTIONS_COLUMN and
-# CALIBRATOR_DIGEST_COLUMN (simcalib.integrity): the calibrator's resolved definition, after it.
+# last for the same reason; empty (unknown) in rows written before it existed.
+# After them, for the same reason: BINARY_METRIC_NAMES (simcalib.metrics: metrics of p(y = 1), empty for more than
+# two classes), ``one_class_backbone`` (the backbone predicts one class on every test node), ``homophily_bins``
+# (per local-homophily group of the test nodes: count and ECE, simcalib.homophily, as JSON), and the calibrator's
+# resolved definition (CALIBRATOR_OPTIONS_COLUMN, CALIBRATOR_DIGEST_COLUMN: simcalib.integrity).
+LATER_COLUMNS = [*BINARY_METRIC_NAMES, "one_class_backbone", "homophily_bins", CALIBRATOR_OPTIONS_COLUMN,
+                 CALIBRATOR_DIGEST_COLUMN]
 RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *BASE_METRIC_NAMES, "fit_seconds", "label_rate", *AUDIT_COLUMNS,
                   "backbone_digest", "figure_bins", *DEFINITION_COLUMNS, *ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN,
-                  CALIBRATOR_OPTIONS_COLUMN, CALIBRATOR_DIGEST_COLUMN]
+                  *LATER_COLUMNS]
 
 
 def _complete_length(data: bytes) -> int:
@@ -217,6 +222,6 @@ def summarize(results: pd.DataFrame, metrics: Sequence[str] = METRIC_NAMES) -> p
 
 
 
-__all__ = ["AUDIT_COLUMNS", "KEY_COLUMNS", "RESULT_COLUMNS", "append_rows", "check_results_file",
+__all__ = ["AUDIT_COLUMNS", "KEY_COLUMNS", "LATER_COLUMNS", "RESULT_COLUMNS", "append_rows", "check_results_file",
            "check_resume_source", "copy_finished_rows", "known_backbone_digests", "read_results", "result_key",
            "result_keys", "rewrite_results", "run_key", "summarize"]

@@ -3,13 +3,8 @@ import pandas as pd
 import pytest
 
 from simcalib.errors import ConfigError
-from simcalib.integrity import (
-    BACKBONE_OPTIONS_COLUMN,
-    CALIBRATOR_DIGEST_COLUMN,
-    CALIBRATOR_OPTIONS_COLUMN,
-    DEFINITION_COLUMNS,
-)
-from simcalib.metrics import ESTIMATOR_NAMES
+from simcalib.integrity import BACKBONE_OPTIONS_COLUMN, DEFINITION_COLUMNS
+from simcalib.metrics import BINARY_METRIC_NAMES, ESTIMATOR_NAMES
 from simcalib.protocol import (
     BenchmarkRequest,
     ProtocolSettings,
@@ -19,7 +14,14 @@ from simcalib.protocol import (
     make_runs,
     run_benchmark,
 )
-from simcalib.results_store import AUDIT_COLUMNS, RESULT_COLUMNS, append_rows, read_results, summarize
+from simcalib.results_store import (
+    AUDIT_COLUMNS,
+    LATER_COLUMNS,
+    RESULT_COLUMNS,
+    append_rows,
+    read_results,
+    summarize,
+)
 
 
 @pytest.fixture
@@ -163,7 +165,7 @@ def test_simcalib_figure_data_carries_its_feature_temperature_per_distance_group
 def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_row(tmp_path):
     path = tmp_path / "results.csv"
     later = ("backbone_digest", "figure_bins", *DEFINITION_COLUMNS, *ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN,
-             CALIBRATOR_OPTIONS_COLUMN, CALIBRATOR_DIGEST_COLUMN)
+             *LATER_COLUMNS)
     old_columns = [c for c in RESULT_COLUMNS if c not in AUDIT_COLUMNS and c not in later]
     old = pd.DataFrame([{c: 1 for c in old_columns}])
     old.to_csv(path, index=False)
@@ -171,7 +173,7 @@ def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_r
     definition = {"split_digest": "00000000000000aa", "data_digest": "00000000000000bb", "split_source": "generated"}
     append_rows(path, [{**{c: 2 for c in old_columns}, **audit, "backbone_digest": "0123456789abcdef", "figure_bins": None,
                         **definition, **{m: 0.5 for m in ESTIMATOR_NAMES}, BACKBONE_OPTIONS_COLUMN: "default",
-                        CALIBRATOR_OPTIONS_COLUMN: '{"class":"TS"}', CALIBRATOR_DIGEST_COLUMN: "0123456789ab"}])
+                        **{c: None for c in LATER_COLUMNS}}])
     both = pd.read_csv(path)
     assert list(both.columns[:len(RESULT_COLUMNS)]) == RESULT_COLUMNS and len(both) == 2
     assert both["ece"].tolist() == [1, 2] and pd.isna(both.loc[0, "w"]) and both.loc[1, "w"] == 0.8
@@ -179,16 +181,19 @@ def test_appending_to_a_results_file_from_before_the_audit_columns_keeps_every_r
 
 def test_a_results_file_from_before_the_estimator_columns_reads_them_as_missing_never_as_zero(tmp_path):
     path = tmp_path / "results.csv"
-    new_columns = (*ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN, CALIBRATOR_OPTIONS_COLUMN, CALIBRATOR_DIGEST_COLUMN)
-    old_columns = [c for c in RESULT_COLUMNS if c not in new_columns]
+    newer = (*ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN, *LATER_COLUMNS)
+    old_columns = [c for c in RESULT_COLUMNS if c not in newer]
     pd.DataFrame([{c: 1 for c in old_columns}]).to_csv(path, index=False)
     summary = summarize(read_results(path))
-    assert summary["ece_mean"].tolist() == [1] and summary[[f"{m}_mean" for m in ESTIMATOR_NAMES]].isna().all(None)
+    missing = [f"{m}_mean" for m in (*ESTIMATOR_NAMES, *BINARY_METRIC_NAMES)]
+    assert summary["ece_mean"].tolist() == [1] and summary[missing].isna().all(None)
     append_rows(path, [{**{c: 2 for c in old_columns}, **{m: 0.5 for m in ESTIMATOR_NAMES}, BACKBONE_OPTIONS_COLUMN: "default",
-                        CALIBRATOR_OPTIONS_COLUMN: '{"class":"TS"}', CALIBRATOR_DIGEST_COLUMN: "0123456789ab"}])
+                        **{m: 0.25 for m in BINARY_METRIC_NAMES}, "one_class_backbone": False, "homophily_bins": "{}",
+                        "calibrator_options": '{"class":"TS"}', "calibrator_digest": "0123456789ab"}])
     both = pd.read_csv(path)
     assert list(both.columns) == RESULT_COLUMNS  # widened at the end, where a file written with them has them
     assert both.loc[0, list(ESTIMATOR_NAMES)].isna().all() and (both.loc[1, list(ESTIMATOR_NAMES)] == 0.5).all()
+    assert both.loc[0, list(BINARY_METRIC_NAMES)].isna().all() and (both.loc[1, list(BINARY_METRIC_NAMES)] == 0.25).all()
 
 
 def test_saved_predictions_carry_the_feature_distance_the_similarity_figure_groups_by(settings, tmp_path):

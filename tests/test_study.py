@@ -162,3 +162,18 @@ def test_batch_runs_is_a_study_key_that_reaches_the_protocol_settings(tmp_path):
                              "runs": {"batch_runs": True, "models_per_batch": 5}})
     assert study.settings().batch_runs and study.spec.runs.models_per_batch == 5
     assert not study_from_dict({"name": "p", "benchmarks": {"datasets": ["Cora"]}}).settings().batch_runs
+
+
+def test_the_heterophily_study_runs_every_calibrator_of_the_headline_on_generated_splits(tmp_path, mirror_dir):
+    study = load_study(STUDY_DIR / "heterophily.yaml")
+    offline = load_study(STUDY_DIR / "offline.yaml")
+    assert study.datasets == ["Actor", "chameleon_filtered", "squirrel_filtered", "minesweeper", "tolokers"]
+    assert len(study.benchmarks()) == 10 and study.runs_per_benchmark() == 75
+    assert [c.name for c in study.calibrators] == [c.name for c in offline.calibrators]
+    assert study.spec.runs.generated_splits and study.spec.backbone == offline.spec.backbone
+    assert "# to add once registered: WATS" in (STUDY_DIR / "heterophily.yaml").read_text()
+    # no fixed files for these graphs: every split is drawn from the study seed
+    from simcalib.protocol import run_split_sources
+
+    settings = study.settings()
+    assert set(run_split_sources("tolokers", study.splits, settings).values()) == {"generated"}

@@ -22,14 +22,14 @@ def run_check(args: argparse.Namespace) -> int:
 
     names = [get_spec(n).name for n in args.datasets] if args.datasets else dataset_names()
     failures = 0
-    print(f"{'dataset':<10} {'nodes':>7} {'edges':>8} {'features':>8} {'classes':>7}  source")
+    print(f"{'dataset':<18} {'nodes':>7} {'edges':>8} {'features':>8} {'classes':>7}  source")
     for name in names:
         try:
             g = load_dataset(name, root=args.data_root, mirror=args.data_mirror)
-            print(f"{g.name:<10} {g.num_nodes:>7} {g.num_edges:>8} {g.num_features:>8} {g.num_classes:>7}  {g.source}")
+            print(f"{g.name:<18} {g.num_nodes:>7} {g.num_edges:>8} {g.num_features:>8} {g.num_classes:>7}  {g.source}")
         except SimCalibError as exc:
             failures += 1
-            print(f"{name:<10} cannot load: {exc}")
+            print(f"{name:<18} cannot load: {exc}")
     if failures:
         print(f"\n{failures} of {len(names)} datasets cannot be loaded here (see above for how to provide them)")
     return 1 if failures else 0

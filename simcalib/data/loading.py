@@ -6,6 +6,13 @@ the root and verified against the mirror's ``SHA256SUMS`` when it has one; else 
 download. Features are row-normalised (``NormalizeFeatures``) and stored as a sparse CSR matrix by a
 ``pre_transform``, so the bag-of-words graphs (CoraFull, CS, Physics: 6.8k to 8.7k features) are never held
 dense after their one-off processing.
+
+The heterophilous graphs (``DatasetSpec.simple_graph``) are processed by another ``pre_transform`` into a
+simple undirected graph: both directions of every edge, self-loops removed, duplicate edges merged (Actor's
+raw edge list is directed and has self-loops); their features are row-normalised (the binary bag-of-words
+graphs Actor, chameleon_filtered, squirrel_filtered) or kept as they are (``features = "raw"``: minesweeper's
+one-hot rows, tolokers' values in [0, 1], the word embeddings of the others). Their own fixed splits
+(``train_mask`` / ``val_mask`` / ``test_mask`` [N, S]) come with the graph in ``GraphData.fixed_masks``.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ class GraphData:
     y: torch.Tensor  # [N] int64
     num_classes: int
     source: str  # where the raw files came from: "root", "mirror <path>" or "download"
+    # the dataset's own fixed splits, (train, val, test) boolean masks, each [N, S]; None: it ships none
+    fixed_masks: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -90,6 +99,34 @@ def _row_normalise_to_csr(data):
 
 
 _row_normalise_to_csr.__name__ = "simcalib_row_normalise_to_csr"
+
+
+def _simple_undirected(data):
+    """Both directions of every edge, no self-loops, no duplicate edges (sorted, as ``coalesce`` leaves them)."""
+    from torch_geometric.utils import remove_self_loops, to_undirected
+
+    edge_index, _ = remove_self_loops(data.edge_index)
+    data.edge_index = to_undirected(edge_index, num_nodes=data.num_nodes)  # coalesced: duplicates merged
+    return data
+
+
+def _simple_graph_row_normalised(data):
+    """``pre_transform`` of the heterophilous bag-of-words graphs: simple undirected graph, NormalizeFeatures."""
+    return _row_normalise_to_csr(_simple_undirected(data))
+
+
+def _simple_graph_raw_features(data):
+    """``pre_transform`` of the heterophilous graphs with other features: simple undirected graph, the features
+    as they are (float32, sparse CSR)."""
+    data = _simple_undirected(data)
+    x = data.x.to_dense() if data.x.layout != torch.strided else data.x
+    data.x = x.to(torch.float32).to_sparse_csr()
+    return data
+
+
+_simple_graph_row_normalised.__name__ = "simcalib_simple_graph_row_normalised"
+_simple_graph_raw_features.__name__ = "simcalib_simple_graph_raw_features"
+_PRE_TRANSFORMS = {"row": _simple_graph_row_normalised, "raw": _simple_graph_raw_features}
 
 
 def _read_checksums(mirror: Path) -> dict[str, str]:
@@ -146,8 +183,12 @@ def _check_raw_files(spec: DatasetSpec, raw_dir: Path) -> None:
         if fname.endswith(".npz"):
             try:
                 with np.load(path, allow_pickle=False) as npz:
-                    missing = {"adj_data", "adj_indices", "adj_indptr", "labels"} - set(npz.files)
-                    if missing and "adj_matrix.data" not in npz.files:
+                    if spec.npz_keys:
+                        missing = set(spec.npz_keys) - set(npz.files)
+                    else:  # gnn-benchmark format (Amazon, Coauthor, CoraFull), in either key layout
+                        missing = {"adj_data", "adj_indices", "adj_indptr", "labels"} - set(npz.files)
+                        missing = set() if "adj_matrix.data" in npz.files else missing
+                    if missing:
                         raise DataCorruptError(f"raw file {path} of {spec.name} lacks arrays {sorted(missing)}")
                     for key in npz.files:  # forces decompression: catches truncated members
                         _ = npz[key]
@@ -163,8 +204,13 @@ def _check_raw_files(spec: DatasetSpec, raw_dir: Path) -> None:
 def _pyg_dataset(spec: DatasetSpec, root: Path):
     from torch_geometric import datasets as pyg_datasets
 
-    cls = getattr(pyg_datasets, spec.pyg_class)
-    kwargs = {"pre_transform": _row_normalise_to_csr}
+    if spec.pyg_class == "FilteredWikipediaNetwork":
+        from simcalib.data.filtered import FilteredWikipediaNetwork as cls
+    else:
+        cls = getattr(pyg_datasets, spec.pyg_class)
+    if spec.root_subdir is not None:
+        root = root / spec.root_subdir
+    kwargs = {"pre_transform": _PRE_TRANSFORMS[spec.features] if spec.simple_graph else _row_normalise_to_csr}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if spec.pyg_name is None:
@@ -188,7 +234,7 @@ def load_dataset(
     mirror: str | os.PathLike | None = None,
     download: bool | None = None,
 ) -> GraphData:
-    """Load one of the eight benchmark graphs (see module docstring for the order of sources)."""
+    """Load one of the benchmark graphs (see module docstring for the order of sources)."""
     spec = get_spec(name)
     root = data_root(root)
     mirror = mirror_dir(mirror)
@@ -223,10 +269,18 @@ def load_dataset(
         ) from None
     data = dataset[0]
     x = data.x if data.x.layout == torch.sparse_csr else data.x.to_sparse_csr()
-    graph = GraphData(spec.name, x, data.edge_index, data.y.view(-1).long(), int(data.y.max()) + 1, source)
+    masks = None
+    if spec.own_splits:
+        masks = tuple(getattr(data, key).to(torch.bool) for key in ("train_mask", "val_mask", "test_mask"))  # [N, S]
+    graph = GraphData(spec.name, x, data.edge_index, data.y.view(-1).long(), int(data.y.max()) + 1, source, masks)
     if graph.num_nodes != spec.num_nodes:
         raise DataCorruptError(
             f"{spec.name} loaded with {graph.num_nodes} nodes, expected {spec.num_nodes}: the files in "
             f"{raw_dir.parent} belong to another graph. Delete that folder and load again."
+        )
+    if spec.num_edges is not None and graph.num_edges != 2 * spec.num_edges:
+        raise DataCorruptError(
+            f"{spec.name} loaded with {graph.num_edges // 2} undirected edges, expected {spec.num_edges}: the "
+            f"edge file in {raw_dir} is truncated or altered. Delete {raw_dir.parent} and load again."
         )
     return graph

@@ -3,7 +3,12 @@ import json
 import pandas as pd
 
 from simcalib.calibrators import calibrator_definition
-from simcalib.report.definitions import NOT_RECORDED_DIGEST, definition_blocks, definitions_frame, write_definitions
+from simcalib.report.definitions import (
+    NOT_RECORDED_DIGEST,
+    definition_blocks,
+    definitions_frame,
+    write_definitions,
+)
 from simcalib.report.render import Table, to_markdown
 
 
