@@ -1,6 +1,6 @@
 """GPU readiness: the study's CUDA paths against their CPU counterparts, and one epoch's time on CUDA.
 
-Three checks, run on a machine with a CUDA device (``make gpu-check``; not part of the test suite):
+Four checks, run on a machine with a CUDA device (``make gpu-check``; not part of the test suite):
 
 1. **Calibration on CUDA.** The quick study's smallest configuration: its first benchmark (Cora x GCN), its
    first run (split 0, init 0, fold 0) and every calibrator with the options ``study/quick.yaml`` gives them.
@@ -14,9 +14,9 @@ Three checks, run on a machine with a CUDA device (``make gpu-check``; not part 
      another order on CUDA (float32 reductions, atomics), so its parameters differ by float32 rounding
      (relative ~1e-6) amplified by the optimiser's iterations; the probabilities then move by ~1e-5, which
      changes a binned metric only through the test nodes whose confidence sits at a bin edge (or, for VS and
-     Dirichlet, at a tie of the two top classes). One such node changes ECE by at most 2/N_test: on Cora's
-     1,000 test nodes 0.2 pp, so 0.5 pp allows two of them and flags anything systematic (a wrong device, a
-     mis-seeded fit moves ECE by whole points).
+     Dirichlet, at a tie of the two top classes). One such node changes ECE by at most 2/N_test: on this
+     run's 1,957 test nodes 0.1 pp, so 0.5 pp allows five of them and flags anything systematic (a wrong
+     device or a mis-seeded fit moves ECE by whole points).
    - ``nll`` and ``brier`` are smooth in the probabilities: relative ``SMOOTH_RTOL`` = 1e-3, three orders
      above float32 rounding through an iterative fit, far below the differences between calibrators.
    - ``mce`` (the maximum over bins, where one node in a sparse bin moves it by tens of points) is printed,
@@ -117,7 +117,7 @@ def _quick_run():
     return plan.runs[0], plan.settings, plan.calibrators
 
 
-def check_calibration(lines: list[str]) -> list[str]:
+def check_calibration(lines: list[str], device: str = "cuda") -> list[str]:
     import dataclasses
     import tempfile
 
@@ -127,21 +127,21 @@ def check_calibration(lines: list[str]) -> list[str]:
     run, settings, calibrators = _quick_run()
     with tempfile.TemporaryDirectory() as cache:
         cpu_settings = dataclasses.replace(settings, device="cpu", cache_dir=cache)
-        gpu_settings = dataclasses.replace(settings, device="cuda", cache_dir=cache)
+        gpu_settings = dataclasses.replace(settings, device=device, cache_dir=cache)
         output = train_run_backbone(run, cpu_settings)
-        rows = {device: [evaluate_calibrator(run, s, name, options, output) for name, options in calibrators]
-                for device, s in (("cpu", cpu_settings), ("cuda", gpu_settings))}
+        rows = {label: [evaluate_calibrator(run, s, name, options, output) for name, options in calibrators]
+                for label, s in (("cpu", cpu_settings), ("cuda", gpu_settings))}
     preserving = {name: CALIBRATORS[name].cls.accuracy_preserving for name, _ in calibrators}
     lines.append(f"1. calibration on CUDA: {run.tag()} (backbone trained on CPU), {len(calibrators)} calibrators")
-    lines.append(f"   {'calibrator':<12}{'ECE cpu':>10}{'ECE cuda':>10}{'NLL cpu':>10}{'NLL cuda':>10}"
+    lines.append(f"   {'calibrator':<20}{'ECE cpu':>10}{'ECE cuda':>10}{'NLL cpu':>10}{'NLL cuda':>10}"
                  f"{'acc cpu':>9}{'acc cuda':>9}{'MCE cpu':>9}{'MCE cuda':>9}")
     for a, b in zip(rows["cpu"], rows["cuda"]):
-        lines.append(f"   {a['calibrator']:<12}{a['ece']:>10.4f}{b['ece']:>10.4f}{a['nll']:>10.5f}{b['nll']:>10.5f}"
+        lines.append(f"   {a['calibrator']:<20}{a['ece']:>10.4f}{b['ece']:>10.4f}{a['nll']:>10.5f}{b['nll']:>10.5f}"
                      f"{a['accuracy']:>9.3f}{b['accuracy']:>9.3f}{a['mce']:>9.2f}{b['mce']:>9.2f}")
     return compare_rows(rows["cpu"], rows["cuda"], preserving)
 
 
-def check_training(lines: list[str]) -> list[str]:
+def check_training(lines: list[str], device: str = "cuda") -> list[str]:
     import dataclasses
     import tempfile
 
@@ -149,14 +149,14 @@ def check_training(lines: list[str]) -> list[str]:
 
     run, settings, _ = _quick_run()
     rows = {}
-    for device in ("cpu", "cuda"):
+    for label, name in (("cpu", "cpu"), ("cuda", device)):
         with tempfile.TemporaryDirectory() as cache:
-            device_settings = dataclasses.replace(settings, device=device, cache_dir=cache)
+            device_settings = dataclasses.replace(settings, device=name, cache_dir=cache)
             output = train_run_backbone(run, device_settings)
-            rows[device] = (output, evaluate_calibrator(run, device_settings, "UnCal", {}, output))
+            rows[label] = (output, evaluate_calibrator(run, device_settings, "UnCal", {}, output))
     lines.append(f"2. backbone training on CUDA: {run.tag()}, UnCal (another dropout stream: not compared for equality)")
-    for device, (output, row) in rows.items():
-        lines.append(f"   {device:<5} best epoch {output.best_epoch:4d} of {output.epochs:4d}, {output.train_seconds:7.2f} s; "
+    for label, (output, row) in rows.items():
+        lines.append(f"   {label:<5} best epoch {output.best_epoch:4d} of {output.epochs:4d}, {output.train_seconds:7.2f} s; "
                      f"test accuracy {row['accuracy']:.2f}%, ECE {row['ece']:.2f}%, NLL {row['nll']:.4f}")
     gap = abs(rows["cpu"][1]["accuracy"] - rows["cuda"][1]["accuracy"])
     if gap > TRAINING_FLAG_PP:
@@ -177,8 +177,8 @@ def check_gat_kernels(lines: list[str]) -> list[str]:
     return []
 
 
-def epoch_seconds(dataset: str, backbone: str, repeats: int, warmup: int = 3) -> list[float]:
-    """Seconds of one epoch of ``train_backbone`` (training step, then evaluation forward) on CUDA."""
+def epoch_seconds(dataset: str, backbone: str, repeats: int, warmup: int = 3, device: str = "cuda") -> list[float]:
+    """Seconds of one epoch of ``train_backbone`` (training step, then evaluation forward) on ``device``."""
     import torch
     import torch.nn.functional as F
 
@@ -186,7 +186,8 @@ def epoch_seconds(dataset: str, backbone: str, repeats: int, warmup: int = 3) ->
     from simcalib.backbones.training import graph_inputs
     from simcalib.data import load_dataset
 
-    device = torch.device("cuda")
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     data = load_dataset(dataset)
     torch.manual_seed(0)
     model = BACKBONES[backbone](data.num_features, data.num_classes).to(device)
@@ -196,7 +197,7 @@ def epoch_seconds(dataset: str, backbone: str, repeats: int, warmup: int = 3) ->
     train_idx = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(0))[: data.num_nodes // 20].to(device)
     times = []
     for step in range(warmup + repeats):
-        torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
         model.train()
         optimizer.zero_grad()
@@ -206,7 +207,7 @@ def epoch_seconds(dataset: str, backbone: str, repeats: int, warmup: int = 3) ->
         model.eval()
         with torch.no_grad():
             model(x, graph)
-        torch.cuda.synchronize()
+        sync()
         if step >= warmup:
             times.append(time.perf_counter() - start)
     return times
