@@ -27,7 +27,7 @@ export DO_NOT_TRACK = true
 export MLFLOW_DISABLE_TELEMETRY = true
 export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 
-.PHONY: install study test test-slow lint benchmark clean chromium report mutation
+.PHONY: install study test test-slow lint benchmark clean chromium report mutation gpu-check
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -69,6 +69,13 @@ MUTATION_JOBS ?= 2
 mutation: install
 	SIMCALIB_SHARED_DIR=$(abspath $(SHARED)) $(VENV)/bin/mutmut run "$(MUTANTS)" --max-children $(MUTATION_JOBS)
 	$(VENV)/bin/mutmut results | grep -v ": not checked$$" || true
+
+# GPU readiness (benchmarks/gpu_check.py; not in `make test`): on a CUDA machine, the quick study's smallest
+# configuration calibrated on CUDA against CPU, a backbone trained on CUDA, the GAT attention tests on CUDA and
+# one epoch's time per large benchmark; the report goes to GPU_CHECK_OUT. Without CUDA: one line, exit status 2.
+GPU_CHECK_OUT ?= reports/performance/gpu_check.txt
+gpu-check: install
+	$(PY) benchmarks/gpu_check.py --out $(GPU_CHECK_OUT)
 
 clean:
 	rm -rf .cache .prefect results

@@ -7,8 +7,9 @@
   every worker process would start its own temporary API server (../shared/STACK.md); :func:`shared_api_server`
   starts one and points the worker processes at it.
 * ``dask``: ``prefect_dask.DaskTaskRunner`` on a scheduler ``address`` (tcp://host:8786; its workers need this
-  project installed and the study's output, data and cache folders on a shared filesystem), or else a
-  ``LocalCluster`` of single-threaded worker processes listening on 127.0.0.1 only.
+  project at the same commit, the study's output folder shared at the same absolute path and the mirror and
+  split files readable; docs/orchestration.md, "Running on a Dask cluster"), or else a ``LocalCluster`` of
+  single-threaded worker processes listening on 127.0.0.1 only.
 """
 
 from __future__ import annotations

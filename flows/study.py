@@ -185,7 +185,12 @@ class _Tally:
             else:
                 self.computed += 1
             return True
-        self.failed.append(f"{what}: {state.message or state.name}")
+        reason = state.message or state.name
+        if not state.is_final():  # the runner lost the task (a Dask worker died): its error says why
+            wrapped = getattr(future, "wrapped_future", None)
+            error = wrapped.exception() if wrapped is not None else None
+            reason = f"{type(error).__name__}: {error}" if error else f"never finished (last state {state.name})"
+        self.failed.append(f"{what}: {reason}")
         return False
 
     def as_dict(self) -> dict:
@@ -230,7 +235,8 @@ def run_study(study_file: str, overrides: dict | None = None) -> dict:
     pretrains: dict = {}  # future -> (plan, run)
     calibrations: dict = {}  # future -> (plan, [runs], calibrator): one run, or a split's runs fitted together
     for plan in plans:
-        predictions = str(plan.out_dir / "predictions") if spec.save_predictions else None
+        # absolute, like the task-results folder: a worker resolves a relative path against its own directory
+        predictions = str((plan.out_dir / "predictions").resolve()) if spec.save_predictions else None
         split_futures = _submit_split_batches(plan, threads, spec.runs.models_per_batch)
         together = {name for name, _ in plan.calibrators if spec.runs.batch_calibrators and fits_across_runs(name)}
         backbones: dict[int, list] = {}  # split -> its runs' pretrain futures

@@ -31,6 +31,7 @@ from simcalib.backbones import (
     BackboneOutput,
     backbone_name,
     cache_key,
+    resolve_device,
     train_backbone,
 )
 from simcalib.backbones.batched import TRAINER, train_backbones_batched
@@ -267,7 +268,8 @@ def train_run_backbone(run: Run, settings: ProtocolSettings) -> BackboneOutput:
     config = backbone_config(run, settings)
     seed = run.seed(settings)
     cache = BackboneCache(settings.cache_dir)
-    key = cache_key(run.dataset, config, run.split, run.init, run.fold, seed, train_idx, cal_idx)
+    key = cache_key(run.dataset, config, run.split, run.init, run.fold, seed, train_idx, cal_idx,
+                    device=resolve_device(settings.device))
     output = cache.load(run.dataset, run.backbone, key)
     if output is None:
         output = train_backbone(graph, torch.from_numpy(train_idx), torch.from_numpy(cal_idx), config, seed,
@@ -293,7 +295,7 @@ def train_split_backbones(runs: Sequence[Run], settings: ProtocolSettings,
     for position, run in enumerate(runs):
         train_idx, cal_idx, _ = split.fold_indices(run.fold)
         key = cache_key(run.dataset, config, run.split, run.init, run.fold, run.seed(settings), train_idx, cal_idx,
-                        trainer=TRAINER)
+                        trainer=TRAINER, device=resolve_device(settings.device))
         outputs.append(cache.load(run.dataset, run.backbone, key))
         if outputs[-1] is None:
             missing.append(position)

@@ -33,11 +33,12 @@ def default_cache_dir() -> Path:
 
 def cache_key(
     dataset: str, config: BackboneConfig, split: int, init: int, fold: int, seed: int,
-    train_idx: torch.Tensor, val_idx: torch.Tensor, trainer: str = "per-run",
+    train_idx: torch.Tensor, val_idx: torch.Tensor, trainer: str = "per-run", device: str | torch.device = "cpu",
 ) -> str:
     """``trainer``: "per-run" (:func:`train_backbone`) or "batched" (:mod:`simcalib.backbones.batched`, other
     random streams, hence another backbone); only a non-default trainer enters the key, so the keys of
-    per-run entries are unchanged."""
+    per-run entries are unchanged. ``device``: where the backbone is trained; a device type other than CPU
+    enters the key (CUDA draws dropout masks from its own generator: another backbone), CPU keys are unchanged."""
     settings = dataclasses.asdict(config)
     if settings["attention"] == DEFAULT_ATTENTION:  # the keys of entries trained before the option are unchanged
         del settings["attention"]
@@ -58,6 +59,8 @@ def cache_key(
     }
     if trainer != "per-run":
         identity["trainer"] = trainer
+    if torch.device(device).type != "cpu":
+        identity["device"] = torch.device(device).type
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
 
 

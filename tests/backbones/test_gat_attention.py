@@ -1,8 +1,13 @@
-"""The "csr" attention kernel (simcalib/backbones/gat_attention.py) against torch_geometric's GATConv."""
+"""The "csr" attention kernel (simcalib/backbones/gat_attention.py) against torch_geometric's GATConv.
+
+``SIMCALIB_TEST_DEVICE=cuda`` runs the equality tests without dropout on that device (``make gpu-check``); the
+tests of dropout masks and training compare the two kernels' masks drawn by the CPU generator and stay on CPU.
+"""
 
 import dataclasses
 import hashlib
 import json
+import os
 
 import numpy as np
 import pytest
@@ -18,6 +23,11 @@ from simcalib.backbones.gat_attention import AttentionGraph, GraphAttention
 from simcalib.backbones.models import GAT
 from simcalib.backbones.training import graph_inputs
 from simcalib.errors import ConfigError
+
+DEVICE = torch.device(os.environ.get("SIMCALIB_TEST_DEVICE", "cpu"))
+if DEVICE.type == "cuda" and not torch.cuda.is_available():
+    raise RuntimeError(f"SIMCALIB_TEST_DEVICE={DEVICE} but torch {torch.__version__} sees no CUDA device")
+cpu_only = pytest.mark.skipif(DEVICE.type != "cpu", reason="dropout masks are the CPU generator's: CPU only")
 
 N = 40
 # (heads, out_channels, concat): GAT's first and output layers, and heads averaged (the layer's other output)
@@ -66,16 +76,17 @@ def assert_close(actual, expected, dtype):
 @pytest.mark.parametrize("prepared", [False, True], ids=["raw-graph", "self-loops-added"])
 @pytest.mark.parametrize("heads,out_channels,concat", LAYERS)
 def test_layer_matches_gatconv_outputs_and_every_gradient(heads, out_channels, concat, prepared, dtype):
-    edge_index = awkward_graph(prepared)
-    reference, ours = layer_pair(heads, out_channels, concat, dtype)
-    x = torch.randn(N, 16, dtype=dtype, generator=torch.Generator().manual_seed(2))
+    edge_index = awkward_graph(prepared).to(DEVICE)
+    reference, ours = (layer.to(DEVICE) for layer in layer_pair(heads, out_channels, concat, dtype))
+    x = torch.randn(N, 16, dtype=dtype, generator=torch.Generator().manual_seed(2)).to(DEVICE)
     upstream = torch.randn(N, heads * out_channels if concat else out_channels, dtype=dtype,
-                           generator=torch.Generator().manual_seed(3))
+                           generator=torch.Generator().manual_seed(3)).to(DEVICE)
     with torch.no_grad():
         reference.bias.normal_()  # a non-zero bias, so that dropping it would show
         ours.bias.copy_(reference.bias)
     out_ref, grad_x_ref, grads_ref = forward_backward(reference, x, edge_index, upstream)
     out, grad_x, grads = forward_backward(ours, x, AttentionGraph.from_edge_index(edge_index, N), upstream)
+    assert out.device.type == DEVICE.type
     assert_close(out, out_ref, dtype)
     assert_close(grad_x, grad_x_ref, dtype)
     assert grads.keys() == grads_ref.keys() == {"lin.weight", "att_src", "att_dst", "bias"}
@@ -106,6 +117,7 @@ def test_parameters_have_gatconvs_names_shapes_and_initial_values():
     assert torch.equal(torch.rand(3), after_reference)  # the same number of draws: later draws stay aligned
 
 
+@cpu_only
 @pytest.mark.parametrize("heads,out_channels,concat", LAYERS)
 def test_attention_dropout_draws_gatconvs_mask(heads, out_channels, concat):
     edge_index = awkward_graph(prepared=True)
@@ -129,6 +141,7 @@ def observed_attention(layer: GraphAttention, graph: AttentionGraph) -> torch.Te
     return layer(torch.eye(graph.num_nodes, dtype=torch.float64), graph)
 
 
+@cpu_only
 def test_attention_dropout_keeps_the_rate_and_scales_by_one_over_keep():
     n, p = 200, 0.3
     g = torch.Generator().manual_seed(4)
@@ -173,16 +186,18 @@ def model_outputs(model, x, graph, y, seed):
     return logits.detach(), hidden.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("mode", ["eval", pytest.param("train", marks=cpu_only)])
 def test_gat_model_with_csr_kernel_matches_the_pyg_kernel_from_the_same_seed(sbm_graph, mode):
     pyg, csr = model_pair(sbm_graph)
     for name, value in pyg.state_dict().items():  # the same initial weights
         assert torch.equal(csr.state_dict()[name], value), name
-    x, edge_index = graph_inputs(sbm_graph, "GAT", torch.device("cpu"))
-    _, attention_graph = graph_inputs(sbm_graph, "GAT", torch.device("cpu"), attention="csr")
+    pyg, csr = pyg.to(DEVICE), csr.to(DEVICE)
+    x, edge_index = graph_inputs(sbm_graph, "GAT", DEVICE)
+    _, attention_graph = graph_inputs(sbm_graph, "GAT", DEVICE, attention="csr")
     assert isinstance(attention_graph, AttentionGraph) and torch.equal(attention_graph.edge_index, edge_index)
-    ref = model_outputs(getattr(pyg, mode)(), x, edge_index, sbm_graph.y, seed=9)
-    ours = model_outputs(getattr(csr, mode)(), x, attention_graph, sbm_graph.y, seed=9)
+    y = sbm_graph.y.to(DEVICE)
+    ref = model_outputs(getattr(pyg, mode)(), x, edge_index, y, seed=9)
+    ours = model_outputs(getattr(csr, mode)(), x, attention_graph, y, seed=9)
     # float32, the same sums in another order: observed <= 5e-8 on the outputs and <= 5e-7 relative to each
     # gradient's largest entry (the attention vectors' gradients are ~1e-4, so the bound is relative)
     for a, b in zip(ours[:2], ref[:2]):
@@ -192,6 +207,7 @@ def test_gat_model_with_csr_kernel_matches_the_pyg_kernel_from_the_same_seed(sbm
         torch.testing.assert_close(ours[2][name], ref[2][name], rtol=1e-5, atol=1e-5 * ref[2][name].abs().max().item())
 
 
+@cpu_only
 def test_training_with_the_csr_kernel_follows_the_pyg_kernel(sbm_graph):
     perm = torch.randperm(sbm_graph.num_nodes, generator=torch.Generator().manual_seed(0))
     train, val = perm[:30], perm[30:60]

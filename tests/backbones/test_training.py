@@ -98,6 +98,10 @@ def test_cache_round_trip_and_key_sensitivity(sbm_graph, tmp_path):
     assert key != cache_key("SBM", dataclasses.replace(config, lr=0.02), 0, 0, 0, 1, train, val)  # settings
     assert key != cache_key("SBM", config, 0, 0, 0, 1, train[1:], val)  # split indices
     assert key != cache_key("SBM", config, 0, 0, 0, 1, train, val, trainer="batched")  # other random streams
+    assert key == cache_key("SBM", config, 0, 0, 0, 1, train, val, device="cpu")
+    assert key != cache_key("SBM", config, 0, 0, 0, 1, train, val, device="cuda:0")  # CUDA's dropout stream
+    assert cache_key("SBM", config, 0, 0, 0, 1, train, val, device="cuda:1") == cache_key(
+        "SBM", config, 0, 0, 0, 1, train, val, device="cuda")  # the device type, not its index
     other = cache_key("SBM", config, 0, 0, 0, 2, train, val)
     cache.save("SBM", "GCN", other, out)  # a second entry in the same folder
     assert cache.load("SBM", "GCN", other) is not None
