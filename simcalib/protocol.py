@@ -277,7 +277,7 @@ def calibration_graph(run: Run, settings: ProtocolSettings, output: BackboneOutp
     graph = load_graph(run.dataset, settings)
     train_idx, cal_idx, test_idx = run_split(run, settings, graph).fold_indices(run.fold)
     cg = CalibrationGraph.from_run(output.logits, output.hidden, graph.edge_index, graph.y,
-                                   torch.from_numpy(train_idx), torch.from_numpy(cal_idx))
+                                   torch.from_numpy(train_idx), torch.from_numpy(cal_idx), features=graph.x)
     return cg, test_idx
 
 
