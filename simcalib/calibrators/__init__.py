@@ -91,6 +91,12 @@ register_calibrator("IRM", IRM)
 register_calibrator("Spline", Spline)
 register_calibrator("OrderInvariant", OrderInvariant)
 register_calibrator("GETS", GETS)
+# GETS's variants (docs/decisions.md, "Extra calibrators"): presets of one implementation.
+register_calibrator("GETS_ap", GETS, "GETS with one temperature per expert and node (accuracy-preserving), the "
+                    "backbone's first-layer features and a trained degree embedding",
+                    expert_output="temperature", features="hidden", degree_embedding="trained")
+register_calibrator("GETS_holdout", GETS, "GETS fitted on one per-class half of the calibration fold, early-stopped "
+                    "on the other half", stopping="holdout")
 # SimCalib and its ablations (paper Table 3): presets of one implementation.
 register_calibrator("SimCalib", SimCalib)
 # T_feat = softplus(G_feat(s, A)) with 0.05 decay on every parameter: one constant T_feat per run, kept to measure
