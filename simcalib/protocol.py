@@ -39,6 +39,7 @@ from simcalib.calibrators import (
     CalibrationGraph,
     Calibrator,
     build_calibrator,
+    calibrator_seed_name,
     canonical_calibrator,
 )
 from simcalib.calibrators.across_runs import fit_across_runs, generator_after_build, stackable
@@ -314,7 +315,7 @@ def _built_calibrator(run: Run, settings: ProtocolSettings, name: str, options: 
     device = torch.device("cuda" if settings.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if settings.device == "auto" else settings.device))
     cg = cg.to(device)
-    seed_everything(derive_seed(run.seed(settings), name))
+    seed_everything(derive_seed(run.seed(settings), calibrator_seed_name(name)))
     return build_calibrator(name, cg.num_classes, run.dataset, run.backbone, **(options or {})), cg, test_idx
 
 

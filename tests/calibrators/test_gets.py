@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from graph_fixtures import single_thread, tiny_graph
 
 import simcalib.calibrators.gets as gets_module
-from simcalib.calibrators import GETS, build_calibrator
+from simcalib.calibrators import GETS, build_calibrator, calibrator_seed_name
 from simcalib.calibrators.gets import EXPERT_INPUTS
 from simcalib.errors import ConfigError
 from simcalib.seeding import seed_everything
@@ -299,3 +299,10 @@ def test_holdout_fits_on_one_half_of_each_class_of_the_calibration_fold_and_stop
     for k in graph.labels[graph.cal_idx].unique():
         members = int((graph.labels[graph.cal_idx] == k).sum())
         assert int((graph.labels[stop] == k).sum()) == (members + 1) // 2  # a half of each class
+
+
+def test_gets_ap_draws_from_the_stream_of_the_name_gets():
+    # its rows reproduce the rows written as GETS before GETS followed the GETS code (docs/decisions.md)
+    assert calibrator_seed_name("GETS_ap") == "GETS"
+    assert calibrator_seed_name("GETS_holdout") == "GETS_holdout"
+    assert calibrator_seed_name("gets") == "GETS"
