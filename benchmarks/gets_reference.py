@@ -222,11 +222,55 @@ def our_rows(run, settings, output, names) -> list[dict]:
     return rows
 
 
+def summary(frame: pd.DataFrame) -> str:
+    """Markdown tables of the rows: means, seed spread against our gap, best epochs, per-run ECE."""
+    frame = frame.copy()
+    frame["label"] = np.where(frame.method == "code", "code seed " + frame.seed.astype(str), frame.method)
+    first_seed = frame[frame.method == "code"].seed.min()
+    lines = ["Means over runs (test nodes; ECE, signed error, degree-binned ECE and accuracy in %):", "",
+             "| benchmark | method | runs | ECE | signed | NLL | accuracy | degree ECE |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for (dataset, label), rows in frame.groupby(["dataset", "label"], sort=False):
+        m = rows[["ece", "signed_ce", "nll", "accuracy", "degree_ece"]].mean()
+        lines.append(f"| {dataset} GCN | {label} | {len(rows)} | {m.ece:.2f} | {m.signed_ce:+.2f} | {m.nll:.3f} | "
+                     f"{m.accuracy:.2f} | {m.degree_ece:.2f} |")
+    lines += ["", "Our GETS against the code (seed " + str(first_seed) + ") per run, and the code against itself "
+              "across seeds on the runs that have several:", "",
+              "| benchmark | mean ECE gap (ours - code) | mean abs. gap, all runs | runs with seeds | mean abs. gap there "
+              "| code seed vs seed: mean abs. difference | code: mean per-run std over seeds |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for dataset, rows in frame.groupby("dataset", sort=False):
+        wide = rows.pivot_table(index=["split", "fold"], columns="label", values="ece")
+        code0 = f"code seed {first_seed}"
+        gap = wide["GETS"] - wide[code0]
+        seeds = [c for c in wide.columns if c.startswith("code seed")]
+        spread_runs = wide[seeds].dropna()
+        pairs = [(a, b) for i, a in enumerate(seeds) for b in seeds[i + 1:]]
+        pair_diff = np.mean([np.abs(spread_runs[a] - spread_runs[b]).mean() for a, b in pairs]) if pairs else np.nan
+        lines.append(f"| {dataset} GCN | {gap.mean():+.2f} | {gap.abs().mean():.2f} | {len(spread_runs)} | "
+                     f"{gap[spread_runs.index].abs().mean():.2f} | {pair_diff:.2f} | "
+                     f"{spread_runs.std(axis=1, ddof=1).mean():.2f} |")
+    lines += ["", "Best epoch (0-based; the code's: its last epoch marked as improved), over runs:", "",
+              "| benchmark | method | median | quartiles | at epoch 0 | max |", "|---|---|---:|---:|---:|---:|"]
+    for (dataset, label), rows in frame.groupby(["dataset", "label"], sort=False):
+        e = rows.best_epoch.astype(float)
+        lines.append(f"| {dataset} GCN | {label} | {e.median():.0f} | {e.quantile(0.25):.0f}-{e.quantile(0.75):.0f} | "
+                     f"{int((e == 0).sum())}/{len(e)} | {e.max():.0f} |")
+    lines += ["", "ECE (%) per run:", ""]
+    labels = list(dict.fromkeys(frame.label))
+    lines += ["| benchmark | split | fold | " + " | ".join(labels) + " |", "|---|---:|---:|" + "---:|" * len(labels)]
+    for (dataset, split, fold), rows in frame.groupby(["dataset", "split", "fold"], sort=False):
+        values = dict(zip(rows.label, rows.ece))
+        cells = " | ".join(f"{values[label]:.2f}" if label in values else "" for label in labels)
+        lines.append(f"| {dataset} GCN | {split} | {fold} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gets-repo", type=Path, required=True, help="a checkout of ZhuangDingyi/GETS")
     parser.add_argument("--benchmarks", nargs="+", default=["Cora", "Citeseer"], help="datasets (GCN backbones)")
     parser.add_argument("--splits", type=int, default=5)
+    parser.add_argument("--first-split", type=int, default=0, help="start at this split (one process per range)")
     parser.add_argument("--folds", type=int, default=3)
     parser.add_argument("--code-seeds", type=int, nargs="+", default=[0, 1, 2],
                         help="the public code's seeds: the first on every run, all of them on --spread-splits")
@@ -234,14 +278,18 @@ def main() -> None:
                         help="splits 0..n-1 run the public code with every --code-seeds seed (the seed spread)")
     parser.add_argument("--ours", nargs="+", default=["GETS", "GETS_ap", "GETS_holdout"])
     parser.add_argument("--out", type=Path, default=Path("reports/gets_reference/side_by_side.csv"))
+    parser.add_argument("--summary", action="store_true", help="print the markdown tables of --out's rows and exit")
     args = parser.parse_args()
+    if args.summary:
+        print(summary(pd.read_csv(args.out)), end="")
+        return
     torch.set_num_threads(1)
     CaGCN_GETS = import_code(args.gets_repo.resolve())
     settings = ProtocolSettings()
     done = pd.read_csv(args.out) if args.out.is_file() else pd.DataFrame()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for dataset in args.benchmarks:
-        for run in make_runs(dataset, "GCN", range(args.splits), range(1), range(args.folds)):
+        for run in make_runs(dataset, "GCN", range(args.first_split, args.splits), range(1), range(args.folds)):
             mine = done[(done.dataset == run.dataset) & (done.split == run.split) & (done.fold == run.fold)] \
                 if len(done) else pd.DataFrame(columns=["method", "seed"])
             ours = [name for name in args.ours if name not in set(mine.method)]  # resumed: rows written are kept

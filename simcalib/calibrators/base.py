@@ -2,8 +2,8 @@
 
 A calibrator is fitted on the labelled nodes of one trained backbone and then maps the backbone's logits
 to probabilities for every node. All calibrators here are post-hoc (the backbone is frozen) and, except
-VS and Dirichlet (``accuracy_preserving = False``), accuracy-preserving: the argmax of their output is the
-argmax of the logits.
+VS, Dirichlet and GETS (``accuracy_preserving = False``; an instance's flag, which a preset can set),
+accuracy-preserving: the argmax of their output is the argmax of the logits.
 
 Usage::
 
