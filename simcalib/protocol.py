@@ -41,6 +41,7 @@ from simcalib.calibrators import (
     Calibrator,
     build_calibrator,
     calibrator_definition,
+    calibrator_seed_name,
     canonical_calibrator,
 )
 from simcalib.calibrators.across_runs import fit_across_runs, generator_after_build, stackable
@@ -317,7 +318,7 @@ def calibration_graph(run: Run, settings: ProtocolSettings, output: BackboneOutp
     graph = load_graph(run.dataset, settings)
     train_idx, cal_idx, test_idx = run_split(run, settings, graph).fold_indices(run.fold)
     cg = CalibrationGraph.from_run(output.logits, output.hidden, graph.edge_index, graph.y,
-                                   torch.from_numpy(train_idx), torch.from_numpy(cal_idx))
+                                   torch.from_numpy(train_idx), torch.from_numpy(cal_idx), features=graph.x)
     return cg, test_idx
 
 
@@ -354,7 +355,7 @@ def _built_calibrator(run: Run, settings: ProtocolSettings, name: str, options: 
     device = torch.device("cuda" if settings.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if settings.device == "auto" else settings.device))
     cg = cg.to(device)
-    seed_everything(derive_seed(run.seed(settings), name))
+    seed_everything(derive_seed(run.seed(settings), calibrator_seed_name(name)))
     return build_calibrator(name, cg.num_classes, run.dataset, run.backbone, **(options or {})), cg, test_idx
 
 

@@ -39,15 +39,24 @@ class CalibratorEntry:
     preset: dict = field(default_factory=dict)  # options fixed by this name
     description: str = ""
     tuned_from: str | None = None  # its options are this calibrator's tuned ones, given by the study layer
+    # the name whose random stream a fit draws from (simcalib.protocol): its own, or that of the name whose
+    # committed rows this preset reproduces (GETS_ap: the rows written as GETS before GETS followed the GETS code)
+    seed_name: str | None = None
+
+
+def calibrator_seed_name(name: str) -> str:
+    """The name a fit of calibrator ``name`` derives its seed from (see :class:`CalibratorEntry`)."""
+    entry = CALIBRATORS[canonical_calibrator(name)]
+    return entry.seed_name or entry.name
 
 
 CALIBRATORS: dict[str, CalibratorEntry] = {}
 
 
 def register_calibrator(name: str, cls: type[Calibrator], description: str = "", tuned_from: str | None = None,
-                        **preset) -> None:
+                        seed_name: str | None = None, **preset) -> None:
     CALIBRATORS[name] = CalibratorEntry(name, cls, dict(preset), description or (cls.__doc__ or "").strip().split("\n")[0],
-                                        tuned_from)
+                                        tuned_from, seed_name)
 
 
 def calibrator_names(include_tuned: bool = False) -> list[str]:
@@ -162,6 +171,12 @@ register_calibrator("Spline", Spline)
 register_calibrator("OrderInvariant", OrderInvariant)
 register_calibrator("GETS", GETS)
 register_calibrator("WATS", WATS)
+# GETS's variants (docs/decisions.md, "Extra calibrators"): presets of one implementation.
+register_calibrator("GETS_ap", GETS, "GETS with one temperature per expert and node (accuracy-preserving), the "
+                    "backbone's first-layer features and a trained degree embedding", seed_name="GETS",
+                    expert_output="temperature", features="hidden", degree_embedding="trained")
+register_calibrator("GETS_holdout", GETS, "GETS fitted on one per-class half of the calibration fold, early-stopped "
+                    "on the other half", stopping="holdout")
 # SimCalib and its ablations (paper Table 3): presets of one implementation.
 register_calibrator("SimCalib", SimCalib)
 # T_feat = softplus(G_feat(s, A)) with 0.05 decay on every parameter: one constant T_feat per run, kept to measure
@@ -190,6 +205,6 @@ __all__ = [
     "CALIBRATORS", "ETS", "GATS", "GETS", "HIDDEN_LABEL", "IRM", "TS", "VS", "CaGCN", "CalibrationGraph",
     "Calibrator", "CalibratorDefinition", "CalibratorEntry", "Dirichlet", "OrderInvariant", "SimCalib", "Spline",
     "TemperatureCalibrator", "UnCal", "WATS", "build_calibrator", "calibrator_definition", "calibrator_names",
-    "canonical_calibrator",
+    "calibrator_seed_name", "canonical_calibrator",
     "default_weight_decay", "register_calibrator",
 ]

@@ -2,8 +2,8 @@
 
 A calibrator is fitted on the labelled nodes of one trained backbone and then maps the backbone's logits
 to probabilities for every node. All calibrators here are post-hoc (the backbone is frozen) and, except
-VS and Dirichlet (``accuracy_preserving = False``), accuracy-preserving: the argmax of their output is the
-argmax of the logits.
+VS, Dirichlet and GETS (``accuracy_preserving = False``; an instance's flag, which a preset can set),
+accuracy-preserving: the argmax of their output is the argmax of the logits.
 
 Usage::
 
@@ -43,16 +43,19 @@ class CalibrationGraph:
     labels: Tensor  # [N] int64, HIDDEN_LABEL outside train_idx and cal_idx
     train_idx: Tensor  # [n_train] backbone training nodes (the other folds)
     cal_idx: Tensor  # [n_cal] calibration fold (= backbone validation fold)
+    features: Tensor | None = None  # [N, F] the graph's node features X (dense or sparse CSR); None: not given
     _cache: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_run(cls, logits, hidden, edge_index, y, train_idx, cal_idx) -> CalibrationGraph:
-        """Build from full labels ``y``, hiding every label outside ``train_idx`` and ``cal_idx``."""
+    def from_run(cls, logits, hidden, edge_index, y, train_idx, cal_idx, features=None) -> CalibrationGraph:
+        """Build from full labels ``y``, hiding every label outside ``train_idx`` and ``cal_idx``; ``features``:
+        the node features X the backbone was trained on, for calibrators that read them (optional)."""
         train_idx, cal_idx = torch.as_tensor(train_idx).long(), torch.as_tensor(cal_idx).long()
         labels = torch.full_like(torch.as_tensor(y).long(), HIDDEN_LABEL)
         labels[train_idx] = torch.as_tensor(y).long()[train_idx]
         labels[cal_idx] = torch.as_tensor(y).long()[cal_idx]
-        return cls(logits.float(), hidden.float(), edge_index.long(), labels, train_idx, cal_idx)
+        features = None if features is None else features.float()
+        return cls(logits.float(), hidden.float(), edge_index.long(), labels, train_idx, cal_idx, features)
 
     @property
     def num_nodes(self) -> int:
@@ -70,7 +73,19 @@ class CalibrationGraph:
         return CalibrationGraph(
             self.logits.to(device), self.hidden.to(device), self.edge_index.to(device), self.labels.to(device),
             self.train_idx.to(device), self.cal_idx.to(device),
+            None if self.features is None else self.features.to(device),
         )
+
+    def require_features(self, calibrator: str) -> Tensor:
+        """The node features X [N, F]; ConfigError naming ``calibrator`` when the graph carries none."""
+        if self.features is None:
+            raise ConfigError(f"{calibrator} reads the graph's node features X, and this CalibrationGraph has none: "
+                              "build it with features=... (CalibrationGraph.from_run(..., features=graph.x), as "
+                              "simcalib.protocol.calibration_graph does)")
+        if self.features.shape[0] != self.num_nodes:
+            raise ConfigError(f"{calibrator}: the graph's features have {self.features.shape[0]} rows for "
+                              f"{self.num_nodes} nodes; give one row per node")
+        return self.features
 
     def labelled_idx(self) -> Tensor:
         return torch.cat([self.train_idx, self.cal_idx])

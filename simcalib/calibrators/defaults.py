@@ -31,7 +31,8 @@ ORDER_INVARIANT_WEIGHT_DECAY = {
 def default_weight_decay(method: str, dataset: str | None = None, backbone: str | None = None) -> float:
     """The protocol's default weight decay of ``method`` on (dataset, backbone)."""
     method = method.lower()
-    # closed-form fits (irm, spline); Dirichlet regularises by ODIR instead; GETS's and WATS's configs use none
+    # closed-form fits (irm, spline); Dirichlet regularises by ODIR instead; GETS: its configs' own (GETS_CONFIGS);
+    # WATS's configs use none
     if method in ("uncal", "ts", "vs", "ets", "irm", "spline", "dirichlet", "gets", "wats"):
         return 0.0
     if method == "orderinvariant":

@@ -1,6 +1,6 @@
 """GETS: graph ensemble temperature scaling (Zhuang et al., "GETS: Ensemble Temperature Scaling for
-Calibration in Graph Neural Networks", ICLR 2025): graph temperature experts on different inputs, mixed per
-node by a sparse (noisy top-k) gate."""
+Calibration in Graph Neural Networks", ICLR 2025): graph experts on different inputs, mixed per node by a
+sparse (noisy top-k) gate."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
+from simcalib.backbones.models import normalized_adjacency
 from simcalib.backbones.sparse import SparseOperand
-from simcalib.calibrators.base import CalibrationGraph, TemperatureCalibrator
+from simcalib.calibrators.base import CalibrationGraph, Calibrator
 from simcalib.calibrators.layers import GraphInputsCache, TwoLayerGCN, positive_temperature
+from simcalib.calibrators.simcalib import class_halves
 from simcalib.calibrators.training import fit_nll
 from simcalib.errors import ConfigError
 
@@ -21,23 +24,37 @@ INPUT_KINDS = ("logits", "features", "degree")
 EXPERT_INPUTS = (("logits",), ("features",), ("degree",), ("logits", "features"), ("features", "degree"),
                  ("logits", "degree"), ("logits", "features", "degree"))
 NOISE_FLOOR = 1e-2  # added to the gate's noise scale, as in the sparsely-gated MoE
-# Per-dataset settings of the GETS code's configs (gets_config/<dataset>.yaml); other datasets get the
-# common training rule's lr / epochs / patience and Cora's sizes.
+# The GETS code's per-dataset settings (gets_config/<dataset>.yaml; self_loops: its dataset loader adds
+# self-loops to Cora and Citeseer only). Other datasets: the class defaults (the common training rule's lr /
+# epochs / patience, Cora's sizes, self-loops), docs/calibrators.md.
+_GETS_TRAINING = {"max_epochs": 1000, "patience": 50}
 GETS_CONFIGS = {
-    "Cora": {"lr": 0.001, "weight_decay": 0.0, "dropout": 0.5, "feature_dim": 16, "degree_dim": 16,
-             "max_epochs": 1000, "patience": 50},
-    "Citeseer": {"lr": 0.1, "weight_decay": 0.01, "dropout": 0.2, "feature_dim": 32, "degree_dim": 64,
-                 "max_epochs": 1000, "patience": 50},
+    "Cora": {"lr": 0.001, "weight_decay": 0.0, "dropout": 0.5, "hidden": 16, "feature_dim": 16, "degree_dim": 16,
+             "top_k": 2, "balance": 1.0, "self_loops": True, **_GETS_TRAINING},
+    "Citeseer": {"lr": 0.1, "weight_decay": 0.01, "dropout": 0.2, "hidden": 16, "feature_dim": 32, "degree_dim": 64,
+                 "top_k": 2, "balance": 1.0, "self_loops": True, **_GETS_TRAINING},
+    "Computers": {"lr": 0.1, "weight_decay": 0.0, "dropout": 0.8, "hidden": 16, "feature_dim": 64, "degree_dim": 16,
+                  "top_k": 2, "balance": 1.0, "self_loops": False, **_GETS_TRAINING},
+    "Photo": {"lr": 0.1, "weight_decay": 0.001, "dropout": 0.8, "hidden": 32, "feature_dim": 64, "degree_dim": 32,
+              "top_k": 2, "balance": 0.1, "self_loops": False, **_GETS_TRAINING},
+    "CS": {"lr": 0.1, "weight_decay": 0.0, "dropout": 0.8, "hidden": 16, "feature_dim": 64, "degree_dim": 32,
+           "top_k": 1, "balance": 1.0, "self_loops": False, **_GETS_TRAINING},
+    "Physics": {"lr": 0.1, "weight_decay": 0.001, "dropout": 0.2, "hidden": 16, "feature_dim": 64, "degree_dim": 64,
+                "top_k": 1, "balance": 1.0, "self_loops": False, **_GETS_TRAINING},
 }
+CHOICES = {"expert_output": ("classwise", "temperature"), "features": ("raw", "hidden"),
+           "degree_embedding": ("fixed", "trained"), "stopping": ("train", "holdout")}
 
 
 @dataclass
 class GETSInputs:
     propagated_logits: Tensor  # [N, K] Â z
-    propagated_features: Tensor  # [N, h] Â X^(1)
     propagated_ones: Tensor  # [N, 1] Â 1 (what a projection's bias becomes after propagation)
     degree: Tensor  # [N] int64, clamped to the embedding's last row
     adj: SparseOperand  # Â
+    features: SparseOperand | Tensor | None  # X [N, F] ("raw"; sparse with its transpose, or dense)
+    propagated_features: Tensor | None  # [N, h] Â X^(1) ("hidden")
+    propagated_degree: Tensor | None  # [N, D * degree_dim] Â Emb(deg) of the D degree experts ("fixed")
 
 
 def cv_squared(x: Tensor) -> Tensor:
@@ -47,63 +64,98 @@ def cv_squared(x: Tensor) -> Tensor:
     return x.var() / (x.mean().square() + 1e-10)
 
 
-class GETS(GraphInputsCache, TemperatureCalibrator):
-    r"""E = 7 graph temperature experts, one per non-empty subset of the inputs {logits z, features,
-    degree}, mixed node by node by a sparse gate:
+def expert_adjacency(edge_index: Tensor, num_nodes: int, self_loops: bool) -> SparseOperand:
+    r""":math:`\hat A = \tilde D^{-1/2} \tilde A \tilde D^{-1/2}`, :math:`\tilde A = A + I` with ``self_loops``,
+    else :math:`A` (an isolated node then aggregates nothing)."""
+    if self_loops:
+        return normalized_adjacency(edge_index, num_nodes)
+    ei, w = gcn_norm(edge_index, None, num_nodes, add_self_loops=False)
+    adj = torch.sparse_coo_tensor(ei.flip(0), w, (num_nodes, num_nodes), check_invariants=False)
+    return SparseOperand.from_csr(adj.coalesce().to_sparse_csr())
+
+
+def _times(x: SparseOperand | Tensor, weight: Tensor) -> Tensor:
+    return x.matmul(weight) if isinstance(x, SparseOperand) else x @ weight
+
+
+class GETS(GraphInputsCache, Calibrator):
+    r"""E = 7 graph experts, one per non-empty subset of the inputs {logits z, node features X, degree},
+    mixed node by node by a sparse gate (the GETS code's model):
 
     .. math::
-        o^e = \mathrm{GCN}_e\big(\Vert_{s \in S_e} x^{(s)}, A\big) \in \mathbb{R}^{N}, \qquad
-        x^{(z)} = z,\ x^{(f)} = X^{(1)} W_f^e + b_f^e,\ x^{(d)} = \mathrm{Emb}^e(\deg),
+        o^e = \hat A\, \mathrm{dropout}\big(\mathrm{ReLU}(\hat A\, x^e W^e_1 + b^e_1)\big) W^e_2 + b^e_2
+              \in \mathbb{R}^{N \times K}, \qquad
+        x^e = \Vert_{s \in S_e} x^{(s)},\ x^{(z)} = z,\ x^{(f)} = X W_f^e + b_f^e,\ x^{(d)} = E^e_{\deg},
 
     .. math::
         H_i = g_i W_g + \epsilon_i \odot \big(\mathrm{softplus}(g_i W_n) + 10^{-2}\big), \qquad
-        G_i = \mathrm{softmax}(\mathrm{KeepTopK}(H_i, k)), \qquad g_i = [z_i \Vert X^{(1)}_i W_p + b_p],
+        G_i = \mathrm{softmax}(\mathrm{KeepTopK}(H_i, k)), \qquad g_i = [z_i \Vert X_i W_p + b_p],
 
     .. math::
-        \hat p_i = \mathrm{softmax}\big(z_i \cdot \mathrm{softplus}(\textstyle\sum_e G_{ie}\, o^e_i)\big)
-                 = \mathrm{softmax}(z_i / T_i),
+        \hat p_i = \mathrm{softmax}\big(z_i \odot \mathrm{softplus}(\textstyle\sum_e G_{ie}\, o^e_i)\big),
 
-    GCN_e: two GCN layers (in -> ``hidden`` 16 -> 1, ReLU, dropout), :math:`\epsilon \sim N(0, 1)` only
-    while training (noisy gating; W_g and W_n start at 0), KeepTopK keeps the k = ``top_k`` (2) largest
-    entries (-inf elsewhere). The training loss adds the load-balancing term of the sparsely-gated MoE,
-    ``balance`` (1) x (CV²(importance) + CV²(load)), importance = :math:`\sum_i G_i`, load = the smooth
-    probability of each expert being in the top k (the number of nodes routed to it without noise).
+    a per-class scaling of the logits (it can change the argmax: ``accuracy_preserving`` is False).
+    X: the graph's node features (each expert and the gate through their own linear map); E^e: a random
+    N(0, 1) table [max degree + 1, ``degree_dim``] per degree expert, drawn once and never trained (the GETS
+    code creates it after its optimiser, so it holds no trained parameter); deg: in-degree, clamped to the
+    table's last row. :math:`\hat A`: symmetric GCN normalisation, with self-loops (``self_loops``).
+    :math:`\epsilon \sim N(0, 1)` only while training (noisy gating; W_g and W_n start at 0), KeepTopK keeps
+    the k = ``top_k`` largest entries (-inf elsewhere). The training loss adds the load-balancing term of the
+    sparsely-gated MoE, ``balance`` x (CV²(importance) + CV²(load)), importance = :math:`\sum_i G_i`, load =
+    the smooth probability of each expert being in the top k (the number of nodes routed to it without
+    noise). Fitted on the calibration fold with Adam, early-stopped on the training folds' NLL (the common
+    rule, also the GETS code's), with the GETS configs per dataset (:data:`GETS_CONFIGS`: lr, weight decay,
+    dropout, widths, top-k, balance, 1000 epochs, patience 50).
 
-    Each expert outputs one value per node, so T_i is a positive scalar and the calibrator is
-    **accuracy-preserving**. (The GETS code's experts output K values, a per-class scaling that can
-    change the argmax; the paper describes a temperature.) Features: the backbone's first-layer
-    representation X^(1), the node features a :class:`CalibrationGraph` carries (GETS projects the raw
-    input features). Degree: in-degree, embedded (``degree_dim``) up to the fitted graph's maximum.
-    Settings per dataset from the GETS configs (:data:`GETS_CONFIGS`: lr, weight decay, dropout, widths,
-    1000 epochs, patience 50), else the common rule. Early stopping on the training folds' NLL, as for
-    every calibrator here.
+    Variants (options; registered presets in :mod:`simcalib.calibrators`):
+
+    * ``expert_output="temperature"``: each expert outputs one value, :math:`o^e \in \mathbb{R}^N`, and
+      :math:`\hat p_i = \mathrm{softmax}(z_i / T_i)`, :math:`T_i = 1 / \mathrm{softplus}(\sum_e G_{ie} o^e_i)`
+      (clamped to [1e-3, 1e6]): accuracy-preserving;
+    * ``features="hidden"``: X is the backbone's first-layer representation X^(1) instead of the node features;
+    * ``degree_embedding="trained"``: E^e is an ``nn.Embedding`` trained with the rest;
+    * ``stopping="holdout"``: fitted on one per-class half of the calibration fold, early-stopped on the
+      other half's NLL.
 
     Options: ``hidden``, ``dropout``, ``feature_dim``, ``degree_dim``, ``top_k``, ``balance``,
-    ``noisy_gating``, ``lr``, ``weight_decay``, ``max_epochs``, ``patience``.
+    ``noisy_gating``, ``self_loops``, the four above, ``lr``, ``weight_decay``, ``max_epochs``, ``patience``.
     """
 
     name = "GETS"
+    accuracy_preserving = False  # the class's default (classwise); an instance sets its own
 
     def __init__(self, num_classes: int, hidden: int = 16, dropout: float = 0.5, feature_dim: int = 16,
-                 degree_dim: int = 16, top_k: int = 2, balance: float = 1.0, noisy_gating: bool = True, **kwargs):
+                 degree_dim: int = 16, top_k: int = 2, balance: float = 1.0, noisy_gating: bool = True,
+                 self_loops: bool = True, expert_output: str = "classwise", features: str = "raw",
+                 degree_embedding: str = "fixed", stopping: str = "train", **kwargs):
         kwargs.setdefault("weight_decay", 0.0)
         super().__init__(num_classes, **kwargs)
         if not 1 <= top_k <= len(EXPERT_INPUTS):
             raise ConfigError(f"GETS's top_k must be between 1 and {len(EXPERT_INPUTS)}, got {top_k}")
         if min(hidden, feature_dim, degree_dim) < 1:
             raise ConfigError("GETS's hidden, feature_dim and degree_dim must be >= 1")
+        given = {"expert_output": expert_output, "features": features, "degree_embedding": degree_embedding,
+                 "stopping": stopping}
+        for option, value in given.items():
+            if value not in CHOICES[option]:
+                raise ConfigError(f"GETS's {option} must be one of {CHOICES[option]}, got {value!r}")
         self.hidden, self.dropout, self.top_k, self.balance = hidden, dropout, top_k, balance
         self.feature_dim, self.degree_dim, self.noisy_gating = feature_dim, degree_dim, noisy_gating
+        self.self_loops, self.expert_output, self.features = self_loops, expert_output, features
+        self.degree_embedding, self.stopping = degree_embedding, stopping
+        self.accuracy_preserving = expert_output == "temperature"
+        outputs = num_classes if expert_output == "classwise" else 1
         widths = {"logits": num_classes, "features": feature_dim, "degree": degree_dim}
         self.experts = nn.ModuleList(
-            TwoLayerGCN(sum(widths[s] for s in inputs), hidden, 1, dropout) for inputs in EXPERT_INPUTS)
+            TwoLayerGCN(sum(widths[s] for s in inputs), hidden, outputs, dropout) for inputs in EXPERT_INPUTS)
         experts = len(EXPERT_INPUTS)
         self.gate_weight = nn.Parameter(torch.zeros(num_classes + feature_dim, experts))  # W_g
         self.noise_weight = nn.Parameter(torch.zeros(num_classes + feature_dim, experts))  # W_n
         # sized on the first graph (prepare): the feature width and the largest degree are the graph's;
         # keyed by expert index, only for the experts that take that input
         self.feature_projections: nn.ModuleDict | None = None  # W_f^e
-        self.degree_embeddings: nn.ModuleDict | None = None  # Emb^e
+        self.degree_embeddings: nn.ModuleDict | None = None  # E^e, "trained"
+        self.degree_keys: list[str] = []  # E^e, "fixed": buffers degree_table_<e>, [max degree + 1, degree_dim]
         self.gate_projection: nn.Linear | None = None  # W_p
         self.balance_loss = torch.zeros(())
 
@@ -111,56 +163,113 @@ class GETS(GraphInputsCache, TemperatureCalibrator):
     def benchmark_defaults(cls, dataset: str | None, backbone: str | None) -> dict:
         return dict(GETS_CONFIGS.get(dataset, {}))
 
+    def feature_matrix(self, graph: CalibrationGraph) -> Tensor:
+        """X: the node features ("raw") or the backbone's first-layer representation ("hidden")."""
+        return graph.require_features(self.name) if self.features == "raw" else graph.hidden
+
     def prepare(self, graph: CalibrationGraph) -> None:
         if self.feature_projections is None:
-            feature_width = graph.hidden.shape[1]
+            feature_width = self.feature_matrix(graph).shape[1]
             max_degree = int(graph.degree().max().item()) if graph.num_nodes else 0
+            degree_experts = [str(e) for e, kinds in enumerate(EXPERT_INPUTS) if "degree" in kinds]
             self.feature_projections = nn.ModuleDict({
                 str(e): nn.Linear(feature_width, self.feature_dim)
                 for e, kinds in enumerate(EXPERT_INPUTS) if "features" in kinds}).to(graph.device)
-            self.degree_embeddings = nn.ModuleDict({
-                str(e): nn.Embedding(max_degree + 1, self.degree_dim)
-                for e, kinds in enumerate(EXPERT_INPUTS) if "degree" in kinds}).to(graph.device)
+            if self.degree_embedding == "trained":
+                self.degree_embeddings = nn.ModuleDict({
+                    key: nn.Embedding(max_degree + 1, self.degree_dim) for key in degree_experts}).to(graph.device)
+            else:
+                self.degree_embeddings = nn.ModuleDict()
+                self.degree_keys = degree_experts
+                for key in degree_experts:  # N(0, 1), as nn.Embedding's initialisation
+                    table = torch.randn(max_degree + 1, self.degree_dim).to(graph.device)
+                    self.register_buffer(f"degree_table_{key}", table)
             self.gate_projection = nn.Linear(feature_width, self.feature_dim).to(graph.device)
         super().prepare(graph)
 
+    def degree_tables(self) -> dict[str, Tensor]:
+        """E^e [max degree + 1, degree_dim] per degree expert (its key: the expert's index)."""
+        if self.degree_embedding == "trained":
+            return {key: embedding.weight for key, embedding in self.degree_embeddings.items()}
+        return {key: getattr(self, f"degree_table_{key}") for key in self.degree_keys}
+
     def compute_inputs(self, graph: CalibrationGraph) -> GETSInputs:
-        ones = torch.ones(graph.num_nodes, 1, device=graph.device)
-        constant = torch.cat([graph.logits, graph.hidden, ones], dim=1)
-        propagated, adj = TwoLayerGCN.propagate_inputs(constant, graph.edge_index, graph.num_nodes)
-        k, h = graph.num_classes, graph.hidden.shape[1]
-        largest = next(iter(self.degree_embeddings.values())).num_embeddings - 1
+        largest = next(iter(self.degree_tables().values())).shape[0] - 1
         degree = graph.degree().long().clamp(max=largest)
-        return GETSInputs(propagated[:, :k], propagated[:, k:k + h], propagated[:, k + h:], degree, adj)
+        if self.features == "hidden":  # Â [z | X^(1) | 1], as one product
+            ones = torch.ones(graph.num_nodes, 1, device=graph.device)
+            constant = torch.cat([graph.logits, graph.hidden, ones], dim=1)
+            propagated, adj = TwoLayerGCN.propagate_inputs(constant, graph.edge_index, graph.num_nodes) \
+                if self.self_loops else self._propagated(constant, graph)
+            k, h = graph.num_classes, graph.hidden.shape[1]
+            logits, hidden, ones = propagated[:, :k], propagated[:, k:k + h], propagated[:, k + h:]
+            features = None
+        else:
+            ones = torch.ones(graph.num_nodes, 1, device=graph.device)
+            propagated, adj = self._propagated(torch.cat([graph.logits, ones], dim=1), graph)
+            logits, ones, hidden = propagated[:, :-1], propagated[:, -1:], None
+            x = graph.require_features(self.name)
+            features = SparseOperand.from_csr(x) if x.layout != torch.strided else x
+        propagated_degree = None
+        if self.degree_embedding == "fixed":  # constant: Â E(deg) once
+            tables = self.degree_tables()
+            propagated_degree = adj.matmul(torch.cat([tables[key][degree] for key in self.degree_keys], dim=1))
+        return GETSInputs(logits, ones, degree, adj, features, hidden, propagated_degree)
+
+    def _propagated(self, x: Tensor, graph: CalibrationGraph) -> tuple[Tensor, SparseOperand]:
+        adj = expert_adjacency(graph.edge_index, graph.num_nodes, self.self_loops).to(x.device)
+        return adj.matmul(x), adj
+
+    def projected_features(self, graph: CalibrationGraph, inputs: GETSInputs) -> dict[str, Tensor]:
+        r""":math:`\hat A (X W_f^e + 1 b_f^e)` [N, feature_dim] per feature expert."""
+        keys = list(self.feature_projections)
+        projections = [self.feature_projections[key] for key in keys]
+        if self.features == "hidden":  # (Â X^(1)) W + (Â 1) b^T
+            return {key: inputs.propagated_features @ p.weight.T + inputs.propagated_ones * p.bias
+                    for key, p in zip(keys, projections)}
+        weight = torch.cat([p.weight for p in projections], dim=0).T  # [F, experts * feature_dim]
+        propagated = inputs.adj.matmul(_times(inputs.features, weight))  # Â X W
+        parts = propagated.split(self.feature_dim, dim=1)
+        return {key: part + inputs.propagated_ones * p.bias for key, part, p in zip(keys, parts, projections)}
 
     def expert_outputs(self, graph: CalibrationGraph) -> Tensor:
-        """o [N, E]: every expert's output (before the gate).
+        """o [N, E, C]: every expert's output before the gate (C = K classwise, 1 temperature).
 
         The E two-layer GCNs are evaluated together (same equations as :class:`TwoLayerGCN`'s forward,
-        with their parameters): one sparse product for all degree embeddings and one for all second layers.
+        with their parameters): one sparse product for all feature projections, one for all degree tables
+        and one for all second layers.
         """
         inputs = self.graph_inputs(graph)
-        keys = list(self.degree_embeddings)
-        embedded = torch.cat([self.degree_embeddings[key](inputs.degree) for key in keys], dim=1)
-        degree_parts = dict(zip(keys, inputs.adj.matmul(embedded).split(self.degree_dim, dim=1)))  # Â Emb(deg)
+        if self.degree_embedding == "trained":
+            keys = list(self.degree_embeddings)
+            embedded = torch.cat([self.degree_embeddings[key](inputs.degree) for key in keys], dim=1)
+            propagated_degree = inputs.adj.matmul(embedded)  # Â E(deg)
+        else:
+            keys, propagated_degree = self.degree_keys, inputs.propagated_degree
+        degree_parts = dict(zip(keys, propagated_degree.split(self.degree_dim, dim=1)))
+        feature_parts = self.projected_features(graph, inputs)
         first_layers = []
         for e, (expert, kinds) in enumerate(zip(self.experts, EXPERT_INPUTS)):
             parts = []
             if "logits" in kinds:
                 parts.append(inputs.propagated_logits)
-            if "features" in kinds:  # Â (X W + 1 b^T) = (Â X) W + (Â 1) b^T
-                projection = self.feature_projections[str(e)]
-                parts.append(inputs.propagated_features @ projection.weight.T + inputs.propagated_ones * projection.bias)
+            if "features" in kinds:
+                parts.append(feature_parts[str(e)])
             if "degree" in kinds:
                 parts.append(degree_parts[str(e)])
             first_layers.append(F.relu(torch.cat(parts, dim=1) @ expert.weight1 + expert.bias1))  # [N, hidden]
         hidden = F.dropout(torch.cat(first_layers, dim=1), self.dropout, self.training)  # [N, E * hidden]
         second = torch.cat([h @ expert.weight2 for h, expert in zip(hidden.split(self.hidden, dim=1), self.experts)], 1)
-        return inputs.adj.matmul(second) + torch.cat([expert.bias2 for expert in self.experts])  # [N, E]
+        out = inputs.adj.matmul(second) + torch.cat([expert.bias2 for expert in self.experts])  # [N, E * C]
+        return out.view(graph.num_nodes, len(self.experts), -1)  # [N, E, C]
 
     def gates(self, graph: CalibrationGraph) -> tuple[Tensor, Tensor]:
         """(G [N, E], rows with k non-zero entries summing to 1; the load-balancing loss)."""
-        gate_input = torch.cat([graph.logits, self.gate_projection(graph.hidden)], dim=1)
+        if self.features == "raw":  # X W_p + b_p, X sparse or dense
+            projected = _times(self.graph_inputs(graph).features, self.gate_projection.weight.T) + self.gate_projection.bias
+        else:
+            projected = self.gate_projection(graph.hidden)
+        gate_input = torch.cat([graph.logits, projected], dim=1)  # [N, K + feature_dim]
         clean = gate_input @ self.gate_weight  # [N, E]
         experts, k = clean.shape[1], self.top_k
         noisy_now = self.noisy_gating and self.training
@@ -182,18 +291,34 @@ class GETS(GraphInputsCache, TemperatureCalibrator):
         balance_loss = self.balance * (cv_squared(gates.sum(0)) + cv_squared(load))
         return gates, balance_loss
 
-    def inverse_temperature(self, graph: CalibrationGraph) -> Tensor:
+    def scaling(self, graph: CalibrationGraph) -> Tensor:
+        r""":math:`\mathrm{softplus}(\sum_e G_{ie} o^e_i)`: [N, K] classwise, [N, 1] (= 1 / T_i) temperature."""
         gates, balance_loss = self.gates(graph)
         if self.training:
             self.balance_loss = balance_loss
-        return F.softplus((gates * self.expert_outputs(graph)).sum(1, keepdim=True))  # [N, 1]
+        outputs = self.expert_outputs(graph)  # [N, E, C]
+        if self.expert_output == "temperature":
+            return F.softplus((gates * outputs[..., 0]).sum(1, keepdim=True))  # [N, 1]
+        return F.softplus((gates.unsqueeze(-1) * outputs).sum(1))  # [N, K]
 
     def temperature(self, graph: CalibrationGraph) -> Tensor:
-        # kept within [1e-3, 1e6] as CaGCN's: finite where the softplus underflows to 0
-        return positive_temperature(1.0 / self.inverse_temperature(graph).clamp(min=1e-6))  # [N, 1]
+        """T [N, 1] of ``expert_output="temperature"``, kept within [1e-3, 1e6] as CaGCN's (finite where the
+        softplus underflows to 0)."""
+        if self.expert_output != "temperature":
+            raise ConfigError("GETS with classwise expert outputs scales each class apart and has no temperature; "
+                              "use expert_output='temperature' (GETS_ap) for one")
+        return positive_temperature(1.0 / self.scaling(graph).clamp(min=1e-6))  # [N, 1]
+
+    def forward(self, graph: CalibrationGraph) -> Tensor:
+        if self.expert_output == "temperature":
+            return F.log_softmax(graph.logits / self.temperature(graph), dim=-1)
+        return F.log_softmax(graph.logits * self.scaling(graph), dim=-1)  # [N, K]
 
     def fit(self, graph: CalibrationGraph, fit_idx: Tensor | None = None, stop_idx: Tensor | None = None) -> GETS:
         fit_idx, stop_idx = self.check_fit_nodes(graph, fit_idx, stop_idx)
+        if self.stopping == "holdout":  # one draw: same global seed, same halves
+            seed = int(torch.randint(0, 2**31 - 1, ()).item())
+            fit_idx, stop_idx = class_halves(fit_idx, graph.labels[fit_idx], seed)
         self.to(graph.device)
         self.prepare(graph)
         self.fit_info = fit_nll(self, graph, fit_idx, stop_idx, penalty=lambda: self.balance_loss)

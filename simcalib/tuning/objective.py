@@ -93,7 +93,8 @@ def hide_labels(graph: CalibrationGraph, fit_idx: torch.Tensor) -> CalibrationGr
     labels = graph.labels.clone()
     scored = graph.cal_idx[~torch.isin(graph.cal_idx, fit_idx)]
     labels[scored] = HIDDEN_LABEL
-    return CalibrationGraph(graph.logits, graph.hidden, graph.edge_index, labels, graph.train_idx, fit_idx)
+    return CalibrationGraph(graph.logits, graph.hidden, graph.edge_index, labels, graph.train_idx, fit_idx,
+                            graph.features)
 
 
 class CalibrationObjective:

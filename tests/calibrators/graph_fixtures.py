@@ -43,8 +43,18 @@ def tiny_problem(seed: int = 0, num_nodes: int = 48, hidden_dim: int = 6):
     return logits, hidden, edge_index, y, train_idx, cal_idx
 
 
+def tiny_features(seed: int = 0, num_nodes: int = 48, width: int = 10) -> torch.Tensor:
+    """Node features X [N, width] of :func:`tiny_problem`'s graph: non-negative, rows summing to 1 (as the
+    loaders' row-normalised bags of words), class-dependent; their own generator (the problem is unchanged)."""
+    g = torch.Generator().manual_seed(1000 + seed)
+    y = torch.arange(num_nodes) % NUM_CLASSES
+    means = torch.rand(NUM_CLASSES, width, generator=g)
+    x = torch.relu(means[y] + 0.5 * torch.randn(num_nodes, width, generator=g)) + 1e-3
+    return x / x.sum(1, keepdim=True)
+
+
 def tiny_graph(seed: int = 0) -> CalibrationGraph:
-    return CalibrationGraph.from_run(*tiny_problem(seed))
+    return CalibrationGraph.from_run(*tiny_problem(seed), features=tiny_features(seed))
 
 
 def permuted(graph: CalibrationGraph, perm: torch.Tensor) -> CalibrationGraph:
@@ -52,4 +62,5 @@ def permuted(graph: CalibrationGraph, perm: torch.Tensor) -> CalibrationGraph:
     inverse = torch.empty_like(perm)
     inverse[perm] = torch.arange(perm.numel())
     return CalibrationGraph(graph.logits[perm], graph.hidden[perm], inverse[graph.edge_index], graph.labels[perm],
-                            inverse[graph.train_idx], inverse[graph.cal_idx])
+                            inverse[graph.train_idx], inverse[graph.cal_idx],
+                            None if graph.features is None else graph.features[perm])

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from graph_fixtures import NUM_CLASSES, permuted, single_thread, tiny_graph, tiny_problem
+from graph_fixtures import NUM_CLASSES, permuted, single_thread, tiny_features, tiny_graph, tiny_problem
 
 from simcalib.calibrators import (
     CALIBRATORS,
@@ -28,7 +28,8 @@ GRAPH_CALIBRATORS = ["CaGCN", "GATS", "SimCalib", "SimCalib_l", "SimCalib_m", "S
 CLOSED_FORM_CALIBRATORS = ["UnCal", "IRM", "Spline"]  # no trainable parameters
 # parameters that a zero-initialised layer downstream keeps from the first gradient (reached from the second
 # step on: test_extra_calibrators.py checks it)
-SECOND_STEP_PARAMETERS = {"GETS": ("gate_projection.weight", "gate_projection.bias")}
+SECOND_STEP_PARAMETERS = {name: ("gate_projection.weight", "gate_projection.bias")
+                          for name in ("GETS", "GETS_ap", "GETS_holdout")}
 
 pytestmark = pytest.mark.usefixtures(single_thread.__name__)
 
@@ -46,15 +47,18 @@ def test_the_graph_calibrators_and_ablations_are_registered():
 
 @pytest.mark.parametrize("name", calibrator_names())
 def test_accuracy_preserving_calibrators_keep_the_argmax(name):
-    if not CALIBRATORS[name].cls.accuracy_preserving:
-        pytest.skip(f"{name} is flagged as not accuracy-preserving")
     graph = tiny_graph()
-    probs = fitted(name, graph).predict_proba(graph)
+    model = fitted(name, graph)
+    if not model.accuracy_preserving:
+        pytest.skip(f"{name} is flagged as not accuracy-preserving")
+    probs = model.predict_proba(graph)
     assert torch.equal(probs.argmax(1), graph.logits.argmax(1))
 
 
-def test_only_vs_and_dirichlet_are_flagged_as_not_accuracy_preserving():
-    assert {n for n in calibrator_names() if not CALIBRATORS[n].cls.accuracy_preserving} == {"VS", "Dirichlet"}
+def test_only_vs_dirichlet_and_gets_are_flagged_as_not_accuracy_preserving():
+    # the flag of a built calibrator: a preset can switch it (GETS_ap's temperature outputs)
+    flags = {n: build_calibrator(n, NUM_CLASSES).accuracy_preserving for n in calibrator_names()}
+    assert {n for n, flag in flags.items() if not flag} == {"VS", "Dirichlet", "GETS", "GETS_holdout"}
 
 
 @pytest.mark.parametrize("name", calibrator_names())
@@ -168,8 +172,9 @@ def test_poisoning_test_labels_leaves_the_fitted_calibrator_unchanged(name):
     test_nodes[cal_idx] = False
     poisoned = y.clone()
     poisoned[test_nodes] = (y[test_nodes] + 1) % NUM_CLASSES  # every test label wrong
-    clean = CalibrationGraph(logits, hidden, edge_index, y.clone(), train_idx, cal_idx)
-    dirty = CalibrationGraph(logits, hidden, edge_index, poisoned, train_idx, cal_idx)
+    features = tiny_features()
+    clean = CalibrationGraph(logits, hidden, edge_index, y.clone(), train_idx, cal_idx, features)
+    dirty = CalibrationGraph(logits, hidden, edge_index, poisoned, train_idx, cal_idx, features)
     assert torch.equal(fitted(name, clean).predict_proba(clean), fitted(name, dirty).predict_proba(dirty))
 
 
