@@ -45,8 +45,8 @@ study: install
 report: install
 	$(VENV)/bin/simcalib report --every reports/reports.yaml
 
-# The default suite on TEST_JOBS pytest-xdist workers (one per core here; TEST_JOBS=0: one process). Tests that
-# share the Prefect test server run on one worker (xdist_group, tests/conftest.py); pytest's exit status is
+# The default suite on TEST_JOBS pytest-xdist workers (one per core here; TEST_JOBS=0: one process). Tests of one
+# file sharing the reference study run on one worker (xdist_group, tests/conftest.py); pytest's exit status is
 # make's, so "no tests collected" (5) fails too.
 TEST_JOBS ?= 2
 test: install chromium

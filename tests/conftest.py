@@ -143,10 +143,12 @@ def artifacts_dir() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# pytest-xdist (`make test` runs `pytest -n 2 --dist loadgroup`): tests that share an expensive session fixture
-# run on one worker, so it is built once. Here: the Prefect test server and the reference study built on it.
+# pytest-xdist (`make test` runs `pytest -n 2 --dist loadgroup`): the tests of one file that share an expensive
+# session fixture run on one worker, so each worker builds it at most once, and the largest groups start first.
+# Here: the tiny reference study (tests/flows/conftest.py). One group per file, not one for all: its users
+# include the two longest tests (kill -9 and resume, the MLflow UI in Chromium), which then run side by side.
 
-SHARED_SESSION_FIXTURES = {"prefect_api": "prefect"}  # fixture -> xdist group of every test that needs it
+SHARED_SESSION_FIXTURES = {"reference": "reference-study"}  # fixture -> xdist group (and the test's file name)
 
 
 @pytest.hookimpl(wrapper=True)  # around xdist's own hook, which writes each test's group into its id
@@ -155,12 +157,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         for fixture, group in SHARED_SESSION_FIXTURES.items():
             if fixture in item.fixturenames:
-                item.add_marker(pytest.mark.xdist_group(group))
+                item.add_marker(pytest.mark.xdist_group(f"{group}-{item.path.stem}"))
                 grouped.append(item)
     result = yield
     if getattr(config.option, "loadgroup", False) and any("@" not in item.nodeid for item in grouped):
         # pytest-xdist 3.8 cannot write the group into pytest 9.2's test ids (pytest-xdist issue 1386)
         warnings.warn(pytest.PytestWarning(
             "--dist loadgroup ignores the xdist_group marks with this pytest; each worker builds its own "
-            "Prefect test server. Install pytest<9.2 (the dev extra's range) to share one."), stacklevel=1)
+            "reference study. Install pytest<9.2 (the dev extra's range) to share one."), stacklevel=1)
     return result
