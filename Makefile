@@ -45,8 +45,12 @@ study: install
 report: install
 	$(VENV)/bin/simcalib report --every reports/reports.yaml
 
+# The default suite on TEST_JOBS pytest-xdist workers (one per core here; TEST_JOBS=0: one process). Tests of one
+# file sharing the reference study run on one worker (xdist_group, tests/conftest.py); pytest's exit status is
+# make's, so "no tests collected" (5) fails too.
+TEST_JOBS ?= 2
 test: install chromium
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup
 
 # Headless Chromium from Debian's packages, for the browser tests (they are skipped without it).
 chromium:

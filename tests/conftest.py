@@ -4,13 +4,28 @@ from __future__ import annotations
 
 import os
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
-import torch
-from synthetic_graphs import make_sbm_graph
+
+# One thread per test process, set before numpy and torch load their thread pools: with pytest-xdist each core
+# runs its own worker, and a second BLAS/OpenMP thread per worker (or per command a test starts) would only
+# oversubscribe the cores. SIMCALIB_TEST_THREADS overrides it.
+TEST_THREADS = os.environ.get("SIMCALIB_TEST_THREADS", "1")
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, TEST_THREADS)
+
+import torch  # noqa: E402
+from synthetic_graphs import make_sbm_graph  # noqa: E402
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+# Each pytest-xdist worker ("gw0", "gw1", ...) keeps Prefect's home (profiles, a Prefect server's files) in a
+# folder of its own, set before anything imports Prefect. Temporary folders are per worker already (tmp_path).
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER:
+    os.environ["PREFECT_HOME"] = str(Path(os.environ.get("PREFECT_HOME") or PROJECT_ROOT / ".prefect") / WORKER)
 SHARED = Path(os.environ.get("SIMCALIB_SHARED_DIR", PROJECT_ROOT.parent / "shared"))
 MIRROR = SHARED / "datasets" / "pyg"
 SPLITS = SHARED / "datasets" / "splits"
@@ -27,7 +42,7 @@ os.environ.setdefault("SIMCALIB_OFFLINE", "1")  # never wait on a download in te
 # One torch thread for the whole suite: the tests run tiny ops where a second thread only adds
 # synchronisation (on a loaded 2-core machine, many times slower), and a pinned count keeps numbers
 # identical between runs (the thread count changes floating-point reduction order).
-torch.set_num_threads(int(os.environ.get("SIMCALIB_TEST_THREADS", "1")))
+torch.set_num_threads(int(TEST_THREADS))
 
 requires_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason=f"dataset mirror {MIRROR} not present")
 requires_splits = pytest.mark.skipif(not SPLITS.is_dir(), reason=f"fixed splits {SPLITS} not present")
@@ -125,3 +140,29 @@ def chromium(tmp_path_factory) -> HeadlessChromium:
 def artifacts_dir() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+# ---------------------------------------------------------------------------------------------------------
+# pytest-xdist (`make test` runs `pytest -n 2 --dist loadgroup`): the tests of one file that share an expensive
+# session fixture run on one worker, so each worker builds it at most once, and the largest groups start first.
+# Here: the tiny reference study (tests/flows/conftest.py). One group per file, not one for all: its users
+# include the two longest tests (kill -9 and resume, the MLflow UI in Chromium), which then run side by side.
+
+SHARED_SESSION_FIXTURES = {"reference": "reference-study"}  # fixture -> xdist group (and the test's file name)
+
+
+@pytest.hookimpl(wrapper=True)  # around xdist's own hook, which writes each test's group into its id
+def pytest_collection_modifyitems(config, items):
+    grouped = []
+    for item in items:
+        for fixture, group in SHARED_SESSION_FIXTURES.items():
+            if fixture in item.fixturenames:
+                item.add_marker(pytest.mark.xdist_group(f"{group}-{item.path.stem}"))
+                grouped.append(item)
+    result = yield
+    if getattr(config.option, "loadgroup", False) and any("@" not in item.nodeid for item in grouped):
+        # pytest-xdist 3.8 cannot write the group into pytest 9.2's test ids (pytest-xdist issue 1386)
+        warnings.warn(pytest.PytestWarning(
+            "--dist loadgroup ignores the xdist_group marks with this pytest; each worker builds its own "
+            "reference study. Install pytest<9.2 (the dev extra's range) to share one."), stacklevel=1)
+    return result
