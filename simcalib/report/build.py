@@ -171,7 +171,7 @@ REPORT_PAIRS: tuple[tuple[str, str], ...] = (
 # tested on each metric where lower is better.
 NEWER_PAIRS: tuple[tuple[str, str], ...] = (
     ("GETS", "GATS"), ("GETS", "TS"), ("WATS", "GATS"), ("WATS", "TS"), ("GETS", "GETS_ap"),
-    ("GETS_holdout", "GETS"), ("GETS_holdout", "GATS"),
+    ("GETS_holdout", "GETS"), ("GETS_holdout", "GATS"), ("GETS_ap", "GATS"), ("GETS_ap", "TS"),
 )
 NEWER_TESTED_METRICS = ("ece", "degree_ece", "nll")
 
