@@ -262,9 +262,9 @@ def test_the_adjacency_without_self_loops_leaves_isolated_nodes_out():
     assert (with_loops.diagonal() > 0).all()
 
 
-@pytest.mark.parametrize("name", ["GETS", "GETS_ap"])
-def test_fitted_on_the_calibration_fold_and_stopped_on_the_training_folds(name, monkeypatch):
-    graph = tiny_graph()
+@pytest.fixture
+def fit_nodes(monkeypatch) -> dict:
+    """The fit and early-stopping nodes GETS hands to the common training rule, recorded as it calls it."""
     seen = {}
     original = gets_module.fit_nll
 
@@ -273,6 +273,13 @@ def test_fitted_on_the_calibration_fold_and_stopped_on_the_training_folds(name, 
         return original(calibrator, graph, fit_idx, stop_idx, penalty)
 
     monkeypatch.setattr(gets_module, "fit_nll", spy)
+    return seen
+
+
+@pytest.mark.parametrize("name", ["GETS", "GETS_ap"])
+def test_fitted_on_the_calibration_fold_and_stopped_on_the_training_folds(name, fit_nodes):
+    graph = tiny_graph()
+    seen = fit_nodes
     model = fitted(name, graph)
     assert torch.equal(seen["fit"], graph.cal_idx) and torch.equal(seen["stop"], graph.train_idx)
     assert 0 <= model.fit_info["best_epoch"] < model.fit_info["epochs"]
@@ -282,16 +289,9 @@ def test_fitted_on_the_calibration_fold_and_stopped_on_the_training_folds(name, 
         build_calibrator(name, graph.num_classes).fit(graph, torch.cat([graph.cal_idx, torch.tensor([test_node])]))
 
 
-def test_holdout_fits_on_one_half_of_each_class_of_the_calibration_fold_and_stops_on_the_other(monkeypatch):
+def test_holdout_fits_on_one_half_of_each_class_of_the_calibration_fold_and_stops_on_the_other(fit_nodes):
     graph = tiny_graph()
-    seen = {}
-    original = gets_module.fit_nll
-
-    def spy(calibrator, graph, fit_idx, stop_idx, penalty=None):
-        seen["fit"], seen["stop"] = fit_idx.clone(), stop_idx.clone()
-        return original(calibrator, graph, fit_idx, stop_idx, penalty)
-
-    monkeypatch.setattr(gets_module, "fit_nll", spy)
+    seen = fit_nodes
     fitted("GETS_holdout", graph)
     fit, stop = seen["fit"], seen["stop"]
     assert set(fit.tolist()).isdisjoint(stop.tolist())
