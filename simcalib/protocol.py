@@ -352,9 +352,7 @@ def _built_calibrator(run: Run, settings: ProtocolSettings, name: str, options: 
     """``name`` built for ``run`` under the run's calibrator seed (not fitted), its graph on the device, the
     test nodes. The global generator is left where the fit draws its first random number."""
     cg, test_idx = calibration_graph(run, settings, output)
-    device = torch.device("cuda" if settings.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if settings.device == "auto" else settings.device))
-    cg = cg.to(device)
+    cg = cg.to(resolve_device(settings.device))
     seed_everything(derive_seed(run.seed(settings), calibrator_seed_name(name)))
     return build_calibrator(name, cg.num_classes, run.dataset, run.backbone, **(options or {})), cg, test_idx
 
