@@ -144,7 +144,7 @@ def artifacts_dir() -> Path:
 
 # ---------------------------------------------------------------------------------------------------------
 # pytest-xdist (`make test` runs `pytest -n 2 --dist loadgroup`): the tests of one file that share an expensive
-# session fixture run on one worker, so each worker builds it at most once, and the largest groups start first.
+# session-scoped fixture run on one worker, so each worker builds it at most once, and the largest groups start first.
 # Here: the tiny reference study (tests/flows/conftest.py). One group per file, not one for all: its users
 # include the two longest tests (kill -9 and resume, the MLflow UI in Chromium), which then run side by side.
 
