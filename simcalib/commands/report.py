@@ -68,7 +68,7 @@ def study_output(path: Path) -> tuple[Path, str]:
     return study.output, study.name
 
 
-MANIFEST_KEYS = {"results", "out", "title", "splits", "data_efficiency", "pinned_figures", "summary_in"}
+MANIFEST_KEYS = {"results", "out", "title", "splits", "data_efficiency", "pinned_figures", "summary_in", "paper"}
 
 
 def _as_list(value) -> list:
@@ -96,7 +96,7 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict) or not {"results", "out", "title"} <= set(entry) or set(entry) - MANIFEST_KEYS:
             raise ConfigError(f"{path}: entry {index} must have the keys results, out, title (and optionally "
-                              f"splits, data_efficiency, pinned_figures, summary_in), got {entry!r}")
+                              f"splits, data_efficiency, pinned_figures, summary_in, paper), got {entry!r}")
         for target in _as_list(entry.get("summary_in")):
             if not isinstance(target, str) or not Path(target).is_file():
                 raise DataMissingError(f"{path}: entry {index}: summary_in file {target!r} does not exist")
@@ -121,7 +121,8 @@ def run_every(args: argparse.Namespace) -> int:
         outputs = build_report(entry["results"], entry["out"], args.paper_dir, entry["title"], args.theory_reps,
                                args.seed, splits=entry.get("splits"), keep_figures=True, regenerate=command,
                                data_efficiency=entry.get("data_efficiency"),
-                               pinned_figures=entry.get("pinned_figures") or ())
+                               pinned_figures=entry.get("pinned_figures") or (),
+                               compare_paper=entry.get("paper", True))
         print(f"report: {outputs.report_md}", flush=True)
         for target in _as_list(entry.get("summary_in")):
             embed_summary(target, entry["out"], outputs.summary_md.read_text())

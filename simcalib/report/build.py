@@ -28,6 +28,7 @@ import simcalib.report.theory as theory
 from simcalib.metrics import ESTIMATOR_NAMES
 from simcalib.report.definitions import definition_blocks, definitions_frame, write_definitions
 from simcalib.report.grid import grid_choices, grid_choices_grid
+from simcalib.report.homophily_groups import HomophilyOutputs, homophily_blocks, write_homophily
 from simcalib.report.paper import PaperTables, load_paper_tables
 from simcalib.report.render import (
     Block,
@@ -82,7 +83,7 @@ class TableSet:
 def build_tables(study: StudyResults, paper: PaperTables) -> TableSet:
     rows = study.main_rows()
     results = [build_result_table(rows, spec, paper) for spec in TABLE_SPECS]
-    results = [t for t in results if shows_something_new(t)]
+    results = [t for t in results if shows_something_new(t) and not (t.spec.omit_if_empty and t.empty)]
     comparisons = {t.spec.key: c for t in results if (c := build_comparison(t, paper)) is not None}
     return TableSet(results, comparisons)
 
@@ -647,16 +648,38 @@ def report_summary(study: StudyResults, tables: TableSet, sig: Significance) -> 
     return summary_blocks(summary_frame(tables, sig, constant_branch_means(study.main_rows())), sig)
 
 
+def one_class_blocks(rows: pd.DataFrame) -> list[Block]:
+    """A note naming the benchmarks whose backbone predicts one class on every test node in some runs (their
+    rows are flagged ``one_class_backbone``): ECE and accuracy there say little about calibration."""
+    if "one_class_backbone" not in rows.columns or rows.empty:
+        return []
+    flagged = rows["one_class_backbone"].astype(str).str.lower() == "true"
+    if not flagged.any():
+        return []
+    runs = rows.drop_duplicates(subset=["dataset", "backbone", "split", "init", "fold"])
+    runs_flagged = runs[runs["one_class_backbone"].astype(str).str.lower() == "true"]
+    counts = runs_flagged.groupby(["dataset", "backbone"]).size()
+    totals = runs.groupby(["dataset", "backbone"]).size()
+    parts = [f"{d} {b}: {counts[(d, b)]} of {totals[(d, b)]} runs" for d, b in sorted_benchmarks(counts.index)]
+    return [Paragraph("**Backbones that predict one class only** (every test node gets the same top-1 class; rows "
+                      "flagged `one_class_backbone`): " + "; ".join(parts) + ". On those runs the top-label ECE "
+                      "measures how far the confidence is from the majority share, ROC-AUC and the calibration error "
+                      "of p(y = 1) are the informative metrics.")]
+
+
 def assemble(study: StudyResults, paper: PaperTables, tables: TableSet, sig: Significance, figures: FigureSet,
              theory_result: TheoryResult, out_dir: Path, title: str, regenerate: str | None = None,
-             summary: list[Block] | None = None) -> list[Block]:
-    """The report's blocks in order; ``summary``: :func:`report_summary`'s blocks where the caller has them."""
+             summary: list[Block] | None = None, homophily: HomophilyOutputs | None = None) -> list[Block]:
+    """The report's blocks in order; ``summary``: :func:`report_summary`'s blocks where the caller has them;
+    ``homophily``: :func:`write_homophily`'s outputs (the local-homophily section where rows carry its data)."""
     out_dir = Path(out_dir)
     summary = report_summary(study, tables, sig) if summary is None else summary
-    return [*overview_blocks(study, paper, title, regenerate), Heading(2, "Summary"), *summary,
+    return [*overview_blocks(study, paper, title, regenerate), *one_class_blocks(study.main_rows()),
+            Heading(2, "Summary"), *summary,
             *table_blocks(tables, split_evidence(study.main_rows())),
             *grid_choice_blocks(study),
             *significance_blocks(sig),
+            *homophily_blocks(homophily, out_dir),
             *figure_blocks(figures, out_dir), *theory_blocks(theory_result, out_dir),
             *definition_blocks(definitions_frame(study.rows))]
 
@@ -677,15 +700,19 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
                  theory_grid: dict | None = None, splits: Sequence[int] | None = None, keep_figures: bool = False,
                  regenerate: str | None = None,
                  data_efficiency: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
-                 pinned_figures: Sequence[str] = ()) -> ReportOutputs:
+                 pinned_figures: Sequence[str] = (), compare_paper: bool = True) -> ReportOutputs:
     """Everything above in order; returns the paths written. ``splits`` restricts every table, test and
     figure to those splits' runs (e.g. the splits never looked at while choosing defaults); ``keep_figures``
     keeps figures of an earlier rendering that need predictions not present here; ``regenerate`` is the
     command that re-renders the report (Markdown), stated at its top; ``data_efficiency``: the results of a
     label-rate sweep drawn as the data-efficiency figure; ``pinned_figures``: stems kept from the earlier
-    rendering even where they could be redrawn (see :func:`make_figures`)."""
+    rendering even where they could be redrawn (see :func:`make_figures`); ``compare_paper`` False: no table
+    beside the paper's (a study of graphs the paper has not)."""
     out_dir = Path(out_dir)
     study, paper = load_inputs(results_dir, paper_dir, splits)
+    if not compare_paper:
+        paper = PaperTables(None, paper.long.iloc[0:0], ["The paper reports none of these graphs: no table is "
+                                                         "compared with its tables."])
     sweep = None if data_efficiency is None else select_splits(load_study_results(data_efficiency), splits)
     tables = build_tables(study, paper)
     files = write_tables(tables, out_dir) + write_grid_choices(study, out_dir)
@@ -696,6 +723,10 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
     files += [p for e in figures.entries for p in e.paths]
     theory_result = run_theory(out_dir, theory_reps, seed, theory_grid)
     files += theory_result.paths
+    homophily = write_homophily(study.main_rows(), out_dir)
+    if homophily is not None:
+        files += [out_dir / "tables" / "homophily_groups_ece.csv", out_dir / "tables" / "calibrator_choice.csv",
+                  out_dir / "significance" / "paired_runs_low_homophily.csv", *homophily.figure]
     summary = report_summary(study, tables, sig)
     summary_md = write_summary(summary, out_dir)  # the summary alone, for a README to embed (``summary_in``)
     files.append(summary_md)
@@ -703,7 +734,7 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
         name = Path(results_dir).name if isinstance(results_dir, (str, os.PathLike)) else "several folders"
         title = f"SimCalib study report: {name}"
     md, page = write_report(assemble(study, paper, tables, sig, figures, theory_result, out_dir, title, regenerate,
-                                     summary), out_dir, title)
+                                     summary, homophily), out_dir, title)
     return ReportOutputs(out_dir, md, page, summary_md, [md, page, *files], sig, theory_result.table)
 
 

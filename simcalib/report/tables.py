@@ -49,13 +49,15 @@ NEWER_METRICS = ("ece", "degree_ece", "signed_ce", "nll", "accuracy")
 # rows of GETS from before it ran as its code does carry the old definition (now GETS_ap): the newer tables show
 # only where one of these ran beside it
 NEWER_ONLY = ("GETS_ap", "GETS_holdout", "WATS")
+BINARY_METHODS = (*EXTRA_METHODS, "GETS", "GETS_holdout", "WATS")
 ABLATION_METHODS = ("SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n", "SimCalib")
 W_SWEEP_NAME = re.compile(r"^SimCalib_w(\d+(?:\.\d+)?)$")
 METRIC_LABELS = {
     "ece": "ECE (%)", "ace": "ACE (%)", "mce": "MCE (%)", "classwise_ece": "classwise ECE (%)",
     "kde_ece": "KDE-ECE (%)", "nll": "NLL", "brier": "Brier score", "accuracy": "accuracy (%)",
     "smece": "smooth ECE (%)", "debiased_ce": "debiased CE (%)", "signed_ce": "signed CE (%)",
-    "degree_ece": "degree-binned ECE (%)", "fit_seconds": "fit time (s)",
+    "degree_ece": "degree-binned ECE (%)", "fit_seconds": "fit time (s)", "roc_auc": "ROC-AUC (%)",
+    "positive_ece": "ECE of p(y = 1) (%)",
 }
 METRIC_DIGITS = {"nll": 4, "brier": 4}
 SIGNIFICANT_METRICS = ("fit_seconds",)
@@ -76,6 +78,7 @@ class TableSpec:
     drop_unrun: bool = False  # leave out the methods that ran on no benchmark
     bold_best: bool = True  # False: no cell is bold (e.g. fit times, where lower is not better calibrated)
     requires: tuple[str, ...] = ()  # shown only where one of these ran (rows of the definitions it is about)
+    omit_if_empty: bool = False  # left out of the report where no row has the metric (e.g. binary-graph metrics)
 
     @property
     def digits(self) -> int:
@@ -124,6 +127,12 @@ TABLE_SPECS: tuple[TableSpec, ...] = (
                 lower_is_better=metric != "accuracy", closest_to_zero=metric == "signed_ce", drop_unrun=True,
                 requires=NEWER_ONLY)
       for metric in NEWER_METRICS),
+    TableSpec("binary_roc_auc", "ROC-AUC (%) of p(y = 1) on the binary graphs (node-wise temperatures can change "
+              "the ranking; a global temperature cannot)", "roc_auc", BINARY_METHODS, lower_is_better=False,
+              drop_unrun=True, omit_if_empty=True),
+    TableSpec("binary_positive_ece", "Calibration error (%) of p(y = 1) on the binary graphs (15 equal-width bins "
+              "of p(y = 1) against the share of positives)", "positive_ece", BINARY_METHODS, drop_unrun=True,
+              omit_if_empty=True),
     TableSpec("cost_fit_seconds", "Fit time (s) of every calibrator: median over runs", "fit_seconds",
               EXTRA_METHODS, statistic="median", drop_unrun=True, bold_best=False),
 )

@@ -134,6 +134,19 @@ def test_a_manifest_entry_may_read_several_results_folders(tmp_path):
     assert "| Cora | GCN | SimCalib, UnCal | 6 |" in md and "| Photo | GAT | SimCalib, UnCal | 6 |" in md
 
 
+def test_a_manifest_entry_with_paper_false_compares_no_table_with_the_paper(tmp_path, paper_dir):
+    write_benchmark(tmp_path / "results" / "Actor_GCN", "Actor", "GCN", ["UnCal", "SimCalib"], predictions=False)
+    out, manifest = tmp_path / "report", tmp_path / "reports.yaml"
+    entry = f"- results: {tmp_path / 'results'}\n  out: {out}\n  title: t\n"
+    manifest.write_text(entry)
+    assert main(["report", "--every", str(manifest), "--theory-reps", "20", "--paper-dir", str(paper_dir)]) == 0
+    assert "ours vs paper" in (out / "report.md").read_text()
+    manifest.write_text(entry + "  paper: false\n")
+    assert main(["report", "--every", str(manifest), "--theory-reps", "20", "--paper-dir", str(paper_dir)]) == 0
+    md = (out / "report.md").read_text()
+    assert "ours vs paper" not in md and "The paper reports none of these graphs" in md
+
+
 def test_a_manifest_entry_draws_data_efficiency_from_its_sweep_without_its_rows_entering_the_tables(tmp_path):
     write_benchmark(tmp_path / "main" / "Cora_GCN", "Cora", "GCN", ["UnCal", "SimCalib"], predictions=False, seed=1)
     for k, rate in enumerate((0.03, 0.15)):  # the sweep's 15% runs are the same runs, drawn again
