@@ -92,7 +92,7 @@ from simcalib.calibrators.movement import (
     minmax_rows,
     movement_messages,
 )
-from simcalib.calibrators.training import fit_nll_grid
+from simcalib.calibrators.training import fit_nll_grid, shuffled_by_class
 from simcalib.calibrators.ts import nll_temperature
 from simcalib.errors import ConfigError
 from simcalib.similarity import (
@@ -482,12 +482,8 @@ class SimCalib(GraphInputsCache, Calibrator):
 
 
 def class_halves(nodes: Tensor, labels: Tensor, seed: int) -> tuple[Tensor, Tensor]:
-    """``nodes`` split into two halves per class by a shuffle from ``seed``: (first halves, second halves)."""
-    generator = torch.Generator().manual_seed(seed)
-    first, second = [], []
-    for k in labels.unique().tolist():
-        members = nodes[labels == k]  # nodes and labels: one device
-        members = members[torch.randperm(len(members), generator=generator).to(members.device)]
-        first.append(members[(len(members) + 1) // 2:])
-        second.append(members[: (len(members) + 1) // 2])
-    return torch.cat(first), torch.cat(second)
+    """``nodes`` split into two halves per class by a shuffle from ``seed``: (first halves, second halves); of a
+    class's shuffled members, the second half takes the first ceil(n/2), the first half the rest."""
+    groups = shuffled_by_class(nodes, labels, seed)
+    return (torch.cat([g[(len(g) + 1) // 2:] for g in groups]),
+            torch.cat([g[: (len(g) + 1) // 2] for g in groups]))
