@@ -29,7 +29,9 @@ def test_fit_log_temperature_recovers_one_temperature_per_group_and_the_ts_optim
     group = torch.arange(6000) % 2
     truth = torch.tensor([0.5, 2.5])
     labels = torch.multinomial(torch.softmax(logits / truth[group][:, None], -1), 1, generator=g).squeeze(1)
-    fitted = fit_log_temperature(logits, labels, torch.zeros(2), lambda p: p[group][:, None], max_iter=200).exp()
+    start = torch.zeros(2, dtype=torch.float64)
+    fitted = fit_log_temperature(logits, labels, start, lambda p: p[group][:, None], max_iter=200).exp()
+    assert torch.equal(start, torch.zeros(2, dtype=torch.float64))  # the caller's start is not moved
     assert fitted.tolist() == pytest.approx(truth.tolist(), rel=0.1)
     one = nll_temperature(logits[group == 1], labels[group == 1])
     assert one == pytest.approx(2.5, rel=0.1)
