@@ -4,7 +4,7 @@
 * ``ru_maxrss`` (``getrusage``): the same peak, except that after ``exec`` it starts at the resident size of
   the process that started it, so a child's value is at least its parent's.
 
-Both in KiB on Linux; the helpers below convert.
+Both in KiB on Linux; the functions below convert.
 """
 
 from __future__ import annotations
