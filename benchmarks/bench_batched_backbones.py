@@ -25,19 +25,12 @@ import os
 import time
 import warnings
 
+from peak_memory import peak_rss_gib  # same folder: run as a script
+
 
 def _load() -> str:
     one, five, fifteen = os.getloadavg()
     return f"load {one:.2f} {five:.2f} {fifteen:.2f}"
-
-
-def peak_rss_gib() -> float:
-    """VmHWM of this process (peak resident set) in GiB."""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 2**20
-    return float("nan")
 
 
 def _case(dataset: str, backbone: str, threads: int, epochs: int, mode: str, per_run_models: int, profile: bool,

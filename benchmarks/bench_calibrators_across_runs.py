@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import time
 import warnings
+
+from peak_memory import ru_maxrss_kib  # same folder: run as a script
 
 STACKED = ["TS", "VS", "ETS", "CaGCN", "GATS"]
 
@@ -91,7 +92,7 @@ def main() -> None:
             epochs = fitted.model.fit_info.get("epochs")
             print(f"{dataset + ' ' + backbone:<15} SimCalib ({what}), run 0: {fitted.fit_seconds:.2f} s, {epochs} epochs, "
                   f"{1000 * fitted.fit_seconds / epochs:.1f} ms/epoch", flush=True)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    peak = ru_maxrss_kib() / 2**20
     print(f"# peak RSS {peak:.2f} GiB")
 
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import resource
 import tempfile
 import time
 import warnings
+
+from peak_memory import ru_maxrss_kib  # same folder: run as a script
 
 
 def _load() -> str:
@@ -64,10 +65,10 @@ def _train_physics_gat(epochs: int, queue) -> None:
     run = Run("Physics", "GAT", 0, 0, 0)
     graph = load_graph("Physics", settings)
     train_idx, cal_idx, _ = run_split(run, settings, graph).fold_indices(0)
-    rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    rss_loaded = ru_maxrss_kib() / 2**20
     config = BackboneConfig("GAT", weight_decay=0.0, max_epochs=epochs)
     out = train_backbone(graph, torch.from_numpy(train_idx), torch.from_numpy(cal_idx), config, seed=0, device="cpu")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+    peak = ru_maxrss_kib() / 2**20  # KiB -> GiB
     queue.put((rss_loaded, peak, out.epochs, out.train_seconds))
 
 

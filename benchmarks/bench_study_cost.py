@@ -35,7 +35,7 @@ import time
 import warnings
 from pathlib import Path
 
-from bench_batched_backbones import peak_rss_gib  # same folder: run as a script
+from peak_memory import peak_rss_gib  # same folder: run as a script
 
 
 def _load() -> list[float]:

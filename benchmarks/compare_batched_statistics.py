@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from simcalib.report.bootstrap import fixed_digits, interval_text
 from simcalib.report.stats import holm
 
 RUN = ["split", "init", "fold"]
@@ -40,7 +41,7 @@ def compare(batched: pd.DataFrame, per_run: pd.DataFrame, metrics: list[str]) ->
             rows.append({
                 "calibrator": calibrator, "metric": metric, "runs": len(runs),
                 "batched": x.mean(), "per_run": y.mean(), "diff": diff.mean(),
-                "diff_ci95": f"[{diff.mean() - half:.2f}, {diff.mean() + half:.2f}]",
+                "diff_ci95": interval_text(diff.mean() - half, diff.mean() + half, fixed_digits(2)),
                 "std_per_run": y.std(ddof=0),
                 "t_p": stats.ttest_rel(x, y).pvalue,
                 "wilcoxon_p": stats.wilcoxon(x, y).pvalue if np.any(diff != 0) else 1.0,

@@ -23,13 +23,14 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shlex
 import statistics
 import subprocess
 import sys
 import time
 import warnings
+
+from peak_memory import ru_maxrss_kib, vm_hwm_kib  # same folder: run as a script
 
 KERNELS = ("pyg", "csr")
 
@@ -47,53 +48,61 @@ def _cpu_model() -> str:
 
 
 def _peak_rss_mib() -> tuple[float, float]:
-    """(VmHWM, ru_maxrss) of this process in MiB. On Linux ``ru_maxrss`` starts, after ``exec``, at the
-    resident size of the process that started it, so a child's value is at least its parent's; VmHWM is
-    the child's own. The parent starts the children before it loads anything, so the two agree there."""
-    vm_hwm = float("nan")
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                vm_hwm = int(line.split()[1]) / 1024
-    return vm_hwm, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # both in KiB on Linux
+    """(VmHWM, ru_maxrss) of this process in MiB. ``ru_maxrss`` of a child is at least its parent's resident
+    size (:mod:`peak_memory`); VmHWM is the child's own. The parent starts the children before it loads
+    anything, so the two agree there."""
+    return vm_hwm_kib() / 1024, ru_maxrss_kib() / 1024
 
 
-def _setup(dataset: str, kernel: str, seed: int = 0):
-    """(model, optimizer, x, graph, y, train_idx) of one GAT backbone on ``dataset``."""
+def setup_backbone(dataset: str, kernel: str | None = None, seed: int = 0, backbone: str = "GAT", device="cpu"):
+    """(model, optimizer, x, graph, y, train_idx) of one ``backbone`` on ``dataset`` on ``device`` (GAT with the
+    attention ``kernel``; None: the model's default), Adam as ``train_backbone``, 5% of the nodes to train on."""
     import torch
 
-    from simcalib.backbones.models import GAT
+    from simcalib.backbones.models import BACKBONES
     from simcalib.backbones.training import graph_inputs
     from simcalib.data import load_dataset
 
+    options = {} if kernel is None else {"attention": kernel}
     data = load_dataset(dataset)
     torch.manual_seed(seed)
-    model = GAT(data.num_features, data.num_classes, attention=kernel)
+    model = BACKBONES[backbone](data.num_features, data.num_classes, **options).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
-    x, graph = graph_inputs(data, "GAT", torch.device("cpu"), attention=kernel)
+    x, graph = graph_inputs(data, backbone, torch.device(device), **options)
     train_idx = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(seed))[: data.num_nodes // 20]
-    return model, optimizer, x, graph, data.y, train_idx
+    return model, optimizer, x, graph, data.y.to(device), train_idx.to(device)
 
 
-def _train_step(model, optimizer, x, graph, y, train_idx) -> float:
+def _no_sync() -> None:
+    pass
+
+
+def train_step(model, optimizer, x, graph, y, train_idx, sync=_no_sync) -> float:
+    """Seconds of one training step (forward, cross-entropy on ``train_idx``, backward, Adam step); ``sync``
+    waits for the device before the clock is read (``torch.cuda.synchronize`` on CUDA)."""
     import torch.nn.functional as F
 
+    sync()
     start = time.perf_counter()
     model.train()
     optimizer.zero_grad()
     logits, _ = model(x, graph)
     F.cross_entropy(logits[train_idx], y[train_idx]).backward()
     optimizer.step()
+    sync()
     return time.perf_counter() - start
 
 
-def _eval_forward(model, x, graph) -> float:
+def eval_forward(model, x, graph, sync=_no_sync) -> float:
+    """Seconds of one evaluation forward pass (no gradient); ``sync`` as :func:`train_step`."""
     import torch
 
+    sync()
     start = time.perf_counter()
     model.eval()
     with torch.no_grad():
         model(x, graph)
+    sync()
     return time.perf_counter() - start
 
 
@@ -103,11 +112,11 @@ def _memory_child(dataset: str, kernel: str, epochs: int, threads: int) -> None:
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(threads)
-    model, optimizer, x, graph, y, train_idx = _setup(dataset, kernel)
+    model, optimizer, x, graph, y, train_idx = setup_backbone(dataset, kernel)
     after_setup = _peak_rss_mib()[0]
     for _ in range(epochs):
-        _train_step(model, optimizer, x, graph, y, train_idx)
-        _eval_forward(model, x, graph)
+        train_step(model, optimizer, x, graph, y, train_idx)
+        eval_forward(model, x, graph)
     vm_hwm, maxrss = _peak_rss_mib()
     print(json.dumps({"after_setup_mib": after_setup, "peak_mib": vm_hwm, "ru_maxrss_mib": maxrss}))
 
@@ -128,7 +137,7 @@ def _time_dataset(dataset: str, repeats: int) -> dict:
 
     from simcalib.backbones.gat_attention import AttentionGraph
 
-    setups = {kernel: _setup(dataset, kernel) for kernel in KERNELS}
+    setups = {kernel: setup_backbone(dataset, kernel) for kernel in KERNELS}
     edge_index = setups["pyg"][3]
     start = time.perf_counter()
     AttentionGraph.from_edge_index(edge_index, setups["pyg"][4].numel())
@@ -139,14 +148,14 @@ def _time_dataset(dataset: str, repeats: int) -> dict:
         difference = (model_pyg(x, graph_pyg)[0] - model_csr(x, graph_csr)[0]).abs().max().item()
     for kernel in KERNELS:  # warm-up: first-call allocations and library initialisation are not timed
         model, optimizer, x, graph, y, train_idx = setups[kernel]
-        _train_step(model, optimizer, x, graph, y, train_idx)
-        _eval_forward(model, x, graph)
+        train_step(model, optimizer, x, graph, y, train_idx)
+        eval_forward(model, x, graph)
     times = {kernel: {"train": [], "eval": [], "epoch": []} for kernel in KERNELS}
     for rep in range(repeats):
         for kernel in (KERNELS if rep % 2 == 0 else KERNELS[::-1]):
             model, optimizer, x, graph, y, train_idx = setups[kernel]
-            train = _train_step(model, optimizer, x, graph, y, train_idx)
-            evaluation = _eval_forward(model, x, graph)
+            train = train_step(model, optimizer, x, graph, y, train_idx)
+            evaluation = eval_forward(model, x, graph)
             times[kernel]["train"].append(train)
             times[kernel]["eval"].append(evaluation)
             times[kernel]["epoch"].append(train + evaluation)

@@ -178,38 +178,18 @@ def check_gat_kernels(lines: list[str]) -> list[str]:
 
 
 def epoch_seconds(dataset: str, backbone: str, repeats: int, warmup: int = 3, device: str = "cuda") -> list[float]:
-    """Seconds of one epoch of ``train_backbone`` (training step, then evaluation forward) on ``device``."""
+    """Seconds of one epoch of ``train_backbone`` (training step, then evaluation forward) on ``device``: the
+    epoch of ``benchmarks/gat_attention_speed.py``, with the device synchronised around each part."""
     import torch
-    import torch.nn.functional as F
+    from gat_attention_speed import eval_forward, setup_backbone, train_step  # same folder: run as a script
 
-    from simcalib.backbones.models import BACKBONES
-    from simcalib.backbones.training import graph_inputs
-    from simcalib.data import load_dataset
-
-    device = torch.device(device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    data = load_dataset(dataset)
-    torch.manual_seed(0)
-    model = BACKBONES[backbone](data.num_features, data.num_classes).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
-    x, graph = graph_inputs(data, backbone, device)
-    y = data.y.to(device)
-    train_idx = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(0))[: data.num_nodes // 20].to(device)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    model, optimizer, x, graph, y, train_idx = setup_backbone(dataset, backbone=backbone, device=device)
     times = []
     for step in range(warmup + repeats):
-        sync()
-        start = time.perf_counter()
-        model.train()
-        optimizer.zero_grad()
-        logits, _ = model(x, graph)
-        F.cross_entropy(logits[train_idx], y[train_idx]).backward()
-        optimizer.step()
-        model.eval()
-        with torch.no_grad():
-            model(x, graph)
-        sync()
+        seconds = train_step(model, optimizer, x, graph, y, train_idx, sync) + eval_forward(model, x, graph, sync)
         if step >= warmup:
-            times.append(time.perf_counter() - start)
+            times.append(seconds)
     return times
 
 

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from simcalib.calibrators.training import shuffled_by_class
+from simcalib.calibrators.ts import fit_log_temperature
 from simcalib.metrics import ece
 
 MAPS = ("global", "quintile", "loglinear")
@@ -51,21 +53,12 @@ def _log_temperature(kind: str, params: Tensor, group: Tensor, log_distance: Ten
 
 
 def fit_temperature_map(kind: str, logits: Tensor, labels: Tensor, group: Tensor, log_distance: Tensor) -> Tensor:
-    """Parameters of the ``kind`` map minimising the NLL of ``softmax(logits / T)`` on the given nodes (L-BFGS)."""
+    """Parameters of the ``kind`` map minimising the NLL of ``softmax(logits / T)`` on the given nodes (L-BFGS,
+    :func:`simcalib.calibrators.ts.fit_log_temperature`)."""
     size = {"global": 1, "quintile": QUINTILES, "loglinear": 2}[kind]
-    params = torch.zeros(size, dtype=torch.float64, requires_grad=True)
-    logits = logits.double()
-    optimizer = torch.optim.LBFGS([params], lr=0.5, max_iter=200, line_search_fn="strong_wolfe")
-
-    def closure():
-        optimizer.zero_grad()
-        log_t = _log_temperature(kind, params, group, log_distance).clamp(-6, 6)
-        loss = F.cross_entropy(logits / log_t.exp()[:, None], labels)
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    return params.detach()
+    return fit_log_temperature(  # log T: [n] -> [n, 1]
+        logits, labels, torch.zeros(size, dtype=torch.float64),
+        lambda params: _log_temperature(kind, params, group, log_distance).clamp(-6, 6)[:, None], max_iter=200)
 
 
 def temperatures(kind: str, params: Tensor, group: Tensor, log_distance: Tensor) -> Tensor:
@@ -79,15 +72,11 @@ def _scores(logits: Tensor, labels: Tensor, t: Tensor) -> tuple[float, float]:
 
 
 def per_class_halves(labels: Tensor, seed: int) -> tuple[Tensor, Tensor]:
-    """Positions 0..n-1 split into two halves per class (a fixed shuffle from ``seed``)."""
-    generator = torch.Generator().manual_seed(seed)
-    first, second = [], []
-    for k in labels.unique().tolist():
-        members = torch.nonzero(labels == k).flatten()
-        members = members[torch.randperm(len(members), generator=generator)]
-        first.append(members[: len(members) // 2])
-        second.append(members[len(members) // 2:])
-    return torch.cat(first), torch.cat(second)
+    """Positions 0..n-1 split into two halves per class (the shuffle of
+    :func:`simcalib.calibrators.training.shuffled_by_class`); of a class's shuffled members, the first half
+    takes the first floor(n/2), the second half the rest."""
+    groups = shuffled_by_class(torch.arange(len(labels)), labels, seed)
+    return torch.cat([g[: len(g) // 2] for g in groups]), torch.cat([g[len(g) // 2:] for g in groups])
 
 
 def oracle_scores(logits: Tensor, labels: Tensor, distance: Tensor, train_idx: Tensor, cal_idx: Tensor,

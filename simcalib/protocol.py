@@ -45,6 +45,7 @@ from simcalib.calibrators import (
     canonical_calibrator,
 )
 from simcalib.calibrators.across_runs import fit_across_runs, generator_after_build, stackable
+from simcalib.calibrators.signals import NodeSignals
 from simcalib.data import GraphData, get_spec, graph_digest, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.executor import Counted, in_processes
@@ -73,7 +74,6 @@ from simcalib.results_store import (
     run_key,
 )
 from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
-from simcalib.similarity import nearest_prototype_distance
 from simcalib.splits import (
     PAPER_PROTOCOL,
     Split,
@@ -401,7 +401,9 @@ def evaluate_calibrator(
     fitted = fitted if fitted is not None else fit_calibrator(run, settings, name, options, output)
     model, cg, test_idx, fit_seconds = fitted.model, fitted.graph, fitted.test_idx, fitted.fit_seconds
     probs = model.predict_proba(cg).cpu()
-    audit = {column: None for column in AUDIT_COLUMNS} | model.audit(cg, torch.from_numpy(test_idx).to(cg.device))
+    test_nodes = torch.from_numpy(test_idx).to(cg.device)
+    signals = NodeSignals(model, cg, test_nodes)  # T_feat and the prototype distance: once for audit and figure
+    audit = {column: None for column in AUDIT_COLUMNS} | model.audit(cg, test_nodes, signals)
     graph = load_graph(run.dataset, settings)
     y_test = graph.y[test_idx]
     test_probs = probs[test_idx]
@@ -410,11 +412,10 @@ def evaluate_calibrator(
     figure_bins = None
     if predictions_dir is not None or name in FIGURE_CALIBRATORS:
         # the feature-similarity figure's x axis; prototypes from the training folds, as SimCalib's default
-        distance = nearest_prototype_distance(cg.hidden, cg.labels, cg.train_idx, cg.num_classes, test_idx).cpu().numpy()
+        distance = signals.prototype_distance().cpu().numpy()
         if name in FIGURE_CALIBRATORS:
-            with torch.no_grad():
-                t_feat = model.nodewise_feature_temperature(cg)
-            t_feat = None if t_feat is None else t_feat[torch.from_numpy(test_idx).to(t_feat.device)].cpu().numpy()
+            t_feat = signals.feature_temperature
+            t_feat = None if t_feat is None else t_feat.cpu().numpy()
             figure_bins = to_json(summarise(test_probs.numpy(), y_test.numpy(), distance, t_feat=t_feat))
         if predictions_dir is not None:
             save_predictions(Path(predictions_dir), run, name, test_probs.numpy(), y_test.numpy(), test_idx, distance)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +24,9 @@ from torch import Tensor, nn
 
 from simcalib.errors import ConfigError
 from simcalib.graph import hop_distance, in_degree
+
+if TYPE_CHECKING:
+    from simcalib.calibrators.signals import NodeSignals
 
 HIDDEN_LABEL = -1
 
@@ -130,9 +133,11 @@ class Calibrator(nn.Module, ABC):
         """Adam parameter groups: every trainable parameter with ``weight_decay`` (the GATS code's rule)."""
         return [{"params": [p for p in self.parameters() if p.requires_grad], "weight_decay": self.weight_decay}]
 
-    def audit(self, graph: CalibrationGraph, nodes: Tensor) -> dict:
+    def audit(self, graph: CalibrationGraph, nodes: Tensor, signals: NodeSignals | None = None) -> dict:
         """Values of the fitted calibrator worth a results column (e.g. SimCalib's chosen w, t and the
-        temperatures on ``nodes``); see :data:`simcalib.results_store.AUDIT_COLUMNS`. Default: none."""
+        temperatures on ``nodes``); see :data:`simcalib.results_store.AUDIT_COLUMNS`. ``signals``: per-node
+        values on ``nodes`` already computed for the row (:class:`~simcalib.calibrators.signals.NodeSignals`).
+        Default: none."""
         return {}
 
     def nodewise_feature_temperature(self, graph: CalibrationGraph) -> Tensor | None:

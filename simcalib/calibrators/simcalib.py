@@ -92,13 +92,13 @@ from simcalib.calibrators.movement import (
     minmax_rows,
     movement_messages,
 )
-from simcalib.calibrators.training import fit_nll_grid
+from simcalib.calibrators.signals import NodeSignals
+from simcalib.calibrators.training import fit_nll_grid, shuffled_by_class
 from simcalib.calibrators.ts import nll_temperature
 from simcalib.errors import ConfigError
 from simcalib.similarity import (
     DEFAULT_RIDGE,
     mahalanobis_to_prototypes,
-    nearest_prototype_distance,
     normalized_similarity,
     spearman,
 )
@@ -463,31 +463,26 @@ class SimCalib(GraphInputsCache, Calibrator):
 
     # ---------------------------------------------------------------------------------------------- audit
     @torch.no_grad()
-    def audit(self, graph: CalibrationGraph, nodes: Tensor) -> dict:
-        """The chosen w and t, and mean and std of T_feat and T_move over ``nodes`` (results columns)."""
+    def audit(self, graph: CalibrationGraph, nodes: Tensor, signals: NodeSignals | None = None) -> dict:
+        """The chosen w and t, and mean and std of T_feat and T_move over ``nodes`` (results columns); T_feat
+        and the prototype distance from ``signals`` when the row has computed them."""
         self.eval()
+        signals = signals if signals is not None else NodeSignals(self, graph, nodes)
         row = {"w": self.w, "t": self.t if self.relative_degree else None}
-        t_feat = self.nodewise_feature_temperature(graph)
-        t_feat = None if t_feat is None else t_feat[nodes]
+        t_feat = signals.feature_temperature
         t_move = self.movement_temperature(graph)[nodes].flatten() if self.movement_weight is not None else None
         for key, values in (("t_feat", t_feat), ("t_move", t_move)):
             row[f"{key}_mean"] = None if values is None else float(values.mean())
             row[f"{key}_std"] = None if values is None else float(values.std(unbiased=False))
         row["t_feat_spearman"] = None
         if t_feat is not None:  # does T_feat follow the distance to the nearest prototype?
-            distance = nearest_prototype_distance(graph.hidden, graph.labels, graph.train_idx,
-                                                  self.num_classes, nodes, self.covariance_ridge)
-            row["t_feat_spearman"] = spearman(t_feat, distance)
+            row["t_feat_spearman"] = spearman(t_feat, signals.prototype_distance(self.covariance_ridge))
         return row
 
 
 def class_halves(nodes: Tensor, labels: Tensor, seed: int) -> tuple[Tensor, Tensor]:
-    """``nodes`` split into two halves per class by a shuffle from ``seed``: (first halves, second halves)."""
-    generator = torch.Generator().manual_seed(seed)
-    first, second = [], []
-    for k in labels.unique().tolist():
-        members = nodes[labels == k]  # nodes and labels: one device
-        members = members[torch.randperm(len(members), generator=generator).to(members.device)]
-        first.append(members[(len(members) + 1) // 2:])
-        second.append(members[: (len(members) + 1) // 2])
-    return torch.cat(first), torch.cat(second)
+    """``nodes`` split into two halves per class by a shuffle from ``seed``: (first halves, second halves); of a
+    class's shuffled members, the second half takes the first ceil(n/2), the first half the rest."""
+    groups = shuffled_by_class(nodes, labels, seed)
+    return (torch.cat([g[(len(g) + 1) // 2:] for g in groups]),
+            torch.cat([g[: (len(g) + 1) // 2] for g in groups]))

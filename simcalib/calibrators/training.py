@@ -18,6 +18,19 @@ from torch import Tensor
 from simcalib.errors import TrainingDivergedError
 
 
+def shuffled_by_class(nodes: Tensor, labels: Tensor, seed: int) -> list[Tensor]:
+    """``nodes`` grouped by class (classes in increasing order), each group in the order of one random
+    permutation drawn per class, in class order, from a CPU generator seeded with ``seed``. The per-class
+    halves of a node set (the early-stopping halves of a holdout fit, the cross-fitting halves of the
+    distance oracle) cut these groups."""
+    generator = torch.Generator().manual_seed(seed)
+    groups = []
+    for k in labels.unique().tolist():
+        members = nodes[labels == k]  # nodes and labels: one device
+        groups.append(members[torch.randperm(len(members), generator=generator).to(members.device)])
+    return groups
+
+
 def fit_nll(calibrator, graph, fit_idx: Tensor, stop_idx: Tensor, penalty: Callable[[], Tensor] | None = None) -> dict:
     """The common rule. ``penalty`` (Dirichlet's ODIR, GETS's load balance): a term added to the training loss,
     read after the forward pass (so it may depend on it); early stopping still uses the plain NLL, so the

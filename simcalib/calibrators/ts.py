@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -27,18 +29,27 @@ class TS(TemperatureCalibrator):
         return self.raw_temperature.clamp(min=1e-3)  # [1, 1]
 
 
-def nll_temperature(logits: Tensor, labels: Tensor) -> float:
-    r"""The temperature minimising the NLL of :math:`\mathrm{softmax}(z / T)` on the given nodes (L-BFGS on
-    :math:`\log T`, float64): temperature scaling's optimum itself, with no early stopping."""
-    log_t = torch.zeros(1, dtype=torch.float64, requires_grad=True)
-    logits = logits.detach().double()
-    optimizer = torch.optim.LBFGS([log_t], lr=0.5, max_iter=100, line_search_fn="strong_wolfe")
+def fit_log_temperature(logits: Tensor, labels: Tensor, params: Tensor,
+                        log_temperature: Callable[[Tensor], Tensor], max_iter: int = 100) -> Tensor:
+    r"""The ``params`` minimising the NLL of :math:`\mathrm{softmax}(z_i / T_i)` on the given nodes, with
+    :math:`\log T = ` ``log_temperature(params)`` ([1], or [n, 1] for one temperature per node); L-BFGS
+    (strong Wolfe line search, lr 0.5) in float64 from the given start. Returns the fitted params (detached)."""
+    params = params.detach().double().clone().requires_grad_(True)  # the caller's start stays as it was
+    logits = logits.detach().double()  # [n, K]
+    optimizer = torch.optim.LBFGS([params], lr=0.5, max_iter=max_iter, line_search_fn="strong_wolfe")
 
     def closure():
         optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(logits / log_t.clamp(-7, 7).exp(), labels)
+        loss = torch.nn.functional.cross_entropy(logits / log_temperature(params).exp(), labels)
         loss.backward()
         return loss
 
     optimizer.step(closure)
-    return float(log_t.detach().clamp(-7, 7).exp())
+    return params.detach()
+
+
+def nll_temperature(logits: Tensor, labels: Tensor) -> float:
+    r"""The temperature minimising the NLL of :math:`\mathrm{softmax}(z / T)` on the given nodes (L-BFGS on
+    :math:`\log T`, float64): temperature scaling's optimum itself, with no early stopping."""
+    log_t = fit_log_temperature(logits, labels, torch.zeros(1, dtype=torch.float64), lambda p: p.clamp(-7, 7))
+    return float(log_t.clamp(-7, 7).exp())

@@ -72,6 +72,7 @@ MANIFEST_KEYS = {"results", "out", "title", "splits", "data_efficiency", "pinned
 
 
 def _as_list(value) -> list:
+    """A manifest value that is one item or a list of them, as a list (absent: empty)."""
     return [] if value is None else value if isinstance(value, list) else [value]
 
 
@@ -104,8 +105,7 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
                 raise ConfigError(f"{path}: entry {index}: {target} has no summary block for {entry['out']}; put "
                                   f"the two lines {BEGIN.format(out=entry['out'])!r} and {END!r} where it goes")
         for key in ("results", "data_efficiency"):
-            folders = entry.get(key) or []
-            for folder in folders if isinstance(folders, list) else [folders]:
+            for folder in _as_list(entry.get(key)):
                 if not isinstance(folder, str) or not Path(folder).is_dir():
                     raise DataMissingError(f"{path}: entry {index}: {key} folder {folder!r} does not exist; "
                                            f"`{key}` is a folder or a list of folders")

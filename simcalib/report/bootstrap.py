@@ -26,7 +26,7 @@ A paired difference (method minus reference, run by run) is a mean over runs lik
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -47,8 +47,17 @@ class Interval:
     unit: str  # "split" (whole splits resampled) or "run" (the runs of one split resampled one by one)
 
     def text(self, digits: int = 2, signed: bool = False) -> str:
-        fmt = f"{{:+.{digits}f}}" if signed else f"{{:.{digits}f}}"
-        return f"[{fmt.format(self.low)}, {fmt.format(self.high)}]"
+        return interval_text(self.low, self.high, fixed_digits(digits, signed))
+
+
+def fixed_digits(digits: int, signed: bool = False) -> Callable[[float], str]:
+    """A number written with ``digits`` decimals (and its sign when ``signed``)."""
+    return (lambda value: f"{value:+.{digits}f}") if signed else (lambda value: f"{value:.{digits}f}")
+
+
+def interval_text(low: float, high: float, fmt: Callable[[float], str]) -> str:
+    """``[low, high]``, each end written by ``fmt``; blank where an end is not finite (no interval)."""
+    return f"[{fmt(low)}, {fmt(high)}]" if np.isfinite(low) and np.isfinite(high) else ""
 
 
 def _ratio(sums: np.ndarray, counts: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -151,5 +160,5 @@ def split_icc(values: Sequence[float], splits: Sequence) -> float:
     return float(between / (between + within_ms)) if between + within_ms > 0 else float("nan")
 
 
-__all__ = ["CONFIDENCE", "Interval", "METHOD", "N_RESAMPLES", "SEED", "mean_interval", "median_interval",
+__all__ = ["CONFIDENCE", "Interval", "METHOD", "N_RESAMPLES", "SEED", "fixed_digits", "interval_text", "mean_interval", "median_interval",
            "ratio_interval", "split_icc"]

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from simcalib.report.bootstrap import mean_interval
+from simcalib.report.bootstrap import fixed_digits, interval_text, mean_interval
 from simcalib.report.tables import benchmark_sort_key
 
 PAIR_KEYS = ["dataset", "backbone", "split", "init", "fold"]
@@ -156,7 +156,7 @@ PAIRED_HEADER = ("Benchmark", "Method", "Reference", "Pairs", "Method mean", "Re
 
 def diff_interval_text(low: float, high: float, digits: int = 2) -> str:
     """``[low, high]`` with signs, blank where there is no interval (one pair)."""
-    return "" if not (np.isfinite(low) and np.isfinite(high)) else f"[{low:+.{digits}f}, {high:+.{digits}f}]"
+    return interval_text(low, high, fixed_digits(digits, signed=True))
 
 
 def paired_comparison_cells(frame: pd.DataFrame, digits: int = 2) -> list[list[str]]:

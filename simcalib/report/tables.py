@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from simcalib.metrics import ESTIMATOR_NAMES
-from simcalib.report.bootstrap import Interval, mean_interval, median_interval
+from simcalib.report.bootstrap import Interval, fixed_digits, interval_text, mean_interval, median_interval
 from simcalib.report.paper import PaperTables
 from simcalib.report.render import table_block, to_markdown
 
@@ -177,6 +177,11 @@ def _fmt(value: float, digits: int) -> str:
     return f"{value:.{digits}f}"
 
 
+def _interval_cell(text: str, latex: bool) -> str:
+    """An interval under a table's mean: small in LaTeX; blank stays blank."""
+    return r"{\footnotesize $" + text + "$}" if latex and text else text
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Our numbers
 
@@ -236,11 +241,8 @@ class ResultTable:
         return None if not (np.isfinite(low) and np.isfinite(high)) else (float(low), float(high))
 
     def interval_cell(self, benchmark: Benchmark, method: str, latex: bool = False) -> str:
-        found = self.interval(benchmark, method)
-        if found is None:
-            return ""
-        text = f"[{self.spec.fmt(found[0])}, {self.spec.fmt(found[1])}]"
-        return r"{\footnotesize $" + text + "$}" if latex else text
+        low, high = self.interval(benchmark, method) or (math.nan, math.nan)
+        return _interval_cell(interval_text(low, high, self.spec.fmt), latex)
 
     def runs_label(self, benchmark: Benchmark) -> str:
         counts = self.runs.loc[[benchmark]].iloc[0]
@@ -388,11 +390,11 @@ class ComparisonTable:
         """Our mean's 95% interval, blank where there is none."""
         match = self.long[(self.long["dataset"] == benchmark[0]) & (self.long["backbone"] == benchmark[1])
                           & (self.long["method"] == method)]
-        if match.empty or "ours_ci_low" not in match.columns or not np.isfinite(match["ours_ci_low"].iloc[0]):
+        if match.empty or "ours_ci_low" not in match.columns:
             return ""
-        d = self.spec.digits
-        text = f"[{_fmt(match['ours_ci_low'].iloc[0], d)}, {_fmt(match['ours_ci_high'].iloc[0], d)}]"
-        return r"{\footnotesize $" + text + "$}" if latex else text
+        text = interval_text(match["ours_ci_low"].iloc[0], match["ours_ci_high"].iloc[0],
+                             fixed_digits(self.spec.digits))
+        return _interval_cell(text, latex)
 
     def grid(self, latex: bool = False) -> tuple[list[str], list[list[str]]]:
         """Header and rows; under each benchmark a row of the 95% intervals of our means."""

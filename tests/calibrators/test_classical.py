@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from simcalib.calibrators import ETS, TS, VS, CalibrationGraph, UnCal, build_calibrator
+from simcalib.calibrators.ts import fit_log_temperature, nll_temperature
 from simcalib.errors import ConfigError
 
 
@@ -20,6 +21,21 @@ def test_ts_recovers_the_generating_temperature():
     graph = synthetic_graph(temperature=3.0)
     ts = TS(graph.num_classes).fit(graph)
     assert ts.temperature(graph).item() == pytest.approx(3.0, rel=0.25)
+
+
+def test_fit_log_temperature_recovers_one_temperature_per_group_and_the_ts_optimum():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6000, 4, generator=g) * 4
+    group = torch.arange(6000) % 2
+    truth = torch.tensor([0.5, 2.5])
+    labels = torch.multinomial(torch.softmax(logits / truth[group][:, None], -1), 1, generator=g).squeeze(1)
+    start = torch.zeros(2, dtype=torch.float64)
+    fitted = fit_log_temperature(logits, labels, start, lambda p: p[group][:, None], max_iter=200).exp()
+    assert torch.equal(start, torch.zeros(2, dtype=torch.float64))  # the caller's start is not moved
+    assert fitted.tolist() == pytest.approx(truth.tolist(), rel=0.1)
+    one = nll_temperature(logits[group == 1], labels[group == 1])
+    assert one == pytest.approx(2.5, rel=0.1)
+    assert one == pytest.approx(float(fitted[1]), rel=1e-4)  # the same optimum: the groups separate
 
 
 @pytest.mark.parametrize("cls", [UnCal, TS, VS, ETS])

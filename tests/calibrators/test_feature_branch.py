@@ -8,7 +8,8 @@ import torch
 from graph_fixtures import single_thread  # noqa: F401
 
 from simcalib.calibrators import CalibrationGraph, build_calibrator
-from simcalib.feature_signal import MIN_NODEWISE_CV
+from simcalib.calibrators.ts import nll_temperature
+from simcalib.feature_signal import MIN_NODEWISE_CV, distance_groups, fit_temperature_map
 from simcalib.similarity import nearest_prototype_distance, spearman
 
 
@@ -91,3 +92,15 @@ def test_on_a_cora_gcn_run_the_default_branch_is_nodewise_and_the_decay_all_one_
     cv = {name: row["t_feat_std"] / row["t_feat_mean"] for name, row in rows.items()}
     assert cv["SimCalib"] > MIN_NODEWISE_CV > cv["SimCalib_decay_all"], cv
     assert rows["SimCalib"]["t_feat_mean"] > 0.1  # not collapsed towards 0
+
+
+def test_the_oracles_global_map_is_temperature_scalings_optimum():
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(500, 5, generator=g) * 3
+    labels = torch.multinomial(torch.softmax(logits / 1.7, -1), 1, generator=g).squeeze(1)
+    distance = torch.rand(500, generator=g, dtype=torch.float64)
+    log_d = distance.log() - distance.log().mean()
+    params = fit_temperature_map("global", logits, labels, distance_groups(distance), log_d)
+    assert float(params[0].exp()) == pytest.approx(nll_temperature(logits, labels), rel=1e-9)
+    slope = fit_temperature_map("loglinear", logits, labels, distance_groups(distance), log_d)[1]
+    assert abs(float(slope)) < 0.1  # labels drawn at one temperature: no trend with the distance

@@ -21,6 +21,7 @@ from simcalib.calibrators import (
 from simcalib.calibrators.simcalib import class_halves
 from simcalib.calibrators.ts import nll_temperature
 from simcalib.errors import ConfigError
+from simcalib.feature_signal import per_class_halves
 from simcalib.seeding import seed_everything
 
 QUICK = {"max_epochs": 40, "patience": 10}  # enough steps to move every parameter, fast
@@ -276,6 +277,17 @@ def test_the_holdout_fit_uses_one_half_of_each_class_and_stops_on_the_other():
     for k in graph.labels[graph.cal_idx].unique():
         in_first, in_second = (int((graph.labels[part] == k).sum()) for part in (first, second))
         assert abs(in_first - in_second) <= 1
+
+
+def test_the_oracles_crossfit_halves_and_the_holdout_halves_cut_one_shuffle():
+    labels = torch.tensor([0] * 6 + [1] * 7 + [2] * 4)[torch.randperm(17, generator=torch.Generator().manual_seed(1))]
+    holdout_first, holdout_second = class_halves(torch.arange(17), labels, seed=5)
+    oracle_first, oracle_second = per_class_halves(labels, seed=5)
+    even = labels != 1  # classes of even size: the same halves, swapped; class 1 (7 nodes) differs by one node
+    assert set(oracle_first[even[oracle_first]].tolist()) == set(holdout_second[even[holdout_second]].tolist())
+    assert set(oracle_second[even[oracle_second]].tolist()) == set(holdout_first[even[holdout_first]].tolist())
+    assert [int((labels[part] == 1).sum()) for part in (oracle_first, oracle_second)] == [3, 4]
+    assert [int((labels[part] == 1).sum()) for part in (holdout_first, holdout_second)] == [3, 4]
 
 
 def test_the_feature_temperature_stays_within_its_bound_around_the_anchor():

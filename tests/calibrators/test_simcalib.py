@@ -12,7 +12,9 @@ import torch
 from graph_fixtures import single_thread, tiny_graph
 
 from simcalib.calibrators import CalibrationGraph, build_calibrator
+from simcalib.calibrators.signals import NodeSignals
 from simcalib.seeding import seed_everything
+from simcalib.similarity import nearest_prototype_distance
 
 pytestmark = pytest.mark.usefixtures(single_thread.__name__)
 
@@ -115,6 +117,23 @@ def test_the_audit_reports_the_temperatures_on_the_nodes_it_is_given():
     assert row["t_feat_std"] == pytest.approx(float(t_feat.std(unbiased=False)), rel=1e-5)
     assert row["t_move_std"] == pytest.approx(float(t_move.std(unbiased=False)), rel=1e-5)
     assert row["t_feat_std"] > 1e-3 and row["t_move_std"] > 1e-3  # node-wise, not one value for all
+
+
+def test_the_audit_reads_t_feat_and_the_distance_from_the_rows_signals_computed_once():
+    graph = tiny_graph()
+    model = fitted(graph)
+    alone = model.audit(graph, graph.cal_idx)
+    calls = []
+    forward = model.nodewise_feature_temperature
+    model.nodewise_feature_temperature = lambda g: calls.append(1) or forward(g)
+    signals = NodeSignals(model, graph, graph.cal_idx)
+    assert model.audit(graph, graph.cal_idx, signals) == alone
+    figure_t_feat, figure_distance = signals.feature_temperature, signals.prototype_distance()  # the figure's reads
+    assert len(calls) == 1 and len(signals._distances) == 1  # one T_feat pass, one distance (the default ridge)
+    assert torch.equal(figure_distance, nearest_prototype_distance(graph.hidden, graph.labels, graph.train_idx,
+                                                                   graph.num_classes, graph.cal_idx))
+    with torch.no_grad():
+        assert torch.equal(figure_t_feat, forward(graph)[graph.cal_idx])
 
 
 def test_the_default_stops_on_half_of_the_calibration_fold_and_never_on_the_nodes_passed_to_stop_on():

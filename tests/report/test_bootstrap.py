@@ -73,3 +73,13 @@ def test_split_icc_hand_computed():
     assert split_icc([1.0, 1.0, 3.0, 3.0], [0, 0, 1, 1]) == pytest.approx(1.0)  # all variance between splits
     assert split_icc([1.0, 3.0, 1.0, 3.0], [0, 0, 1, 1]) == 0.0  # equal split means: none
     assert np.isnan(split_icc([1.0, 2.0], [0, 0]))
+
+
+def test_every_interval_is_written_by_one_rule_and_a_missing_one_stays_blank():
+    from simcalib.report.bootstrap import Interval, fixed_digits, interval_text
+    from simcalib.report.stats import diff_interval_text
+
+    assert interval_text(-0.5, 1.25, fixed_digits(1, signed=True)) == "[-0.5, +1.2]"
+    assert Interval(-0.5, 1.25, 3, "split").text(1, signed=True) == diff_interval_text(-0.5, 1.25, 1)
+    assert interval_text(0.1234, 0.5, lambda v: f"{v:.3g}") == "[0.123, 0.5]"
+    assert interval_text(float("nan"), 1.0, fixed_digits(2)) == "" == diff_interval_text(1.0, float("inf"))
