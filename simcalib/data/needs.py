@@ -20,7 +20,8 @@ def study_data_needs(study) -> DataNeeds:
     85% test) and the study does not switch fixed files off (``data.splits_dir: none``); every other split is
     generated from the study seed and needs no file."""
     datasets = tuple(study.datasets)
-    if str(study.spec.data.splits_dir).lower() == NO_SPLITS_DIR:
+    splits_dir = study.spec.data.splits_dir
+    if splits_dir is not None and str(splits_dir).lower() == NO_SPLITS_DIR:
         return DataNeeds(datasets, ())
     protocols = set()
     for rate in study.label_rates:
