@@ -128,7 +128,8 @@ def verify_raw_files(spec: DatasetSpec, root: Path, raw_dir: Path | None = None,
 
 
 class _RawFilesReady(Exception):
-    """Raised by :func:`_download_only`'s ``process()``: the raw files are downloaded, nothing parsed yet."""
+    """Raised by :func:`_download_only`'s ``download()`` (and ``process()``): the raw files are downloaded,
+    nothing parsed yet."""
 
 
 def _stop_before_processing(self) -> None:
@@ -160,9 +161,10 @@ def mirror_class_url(spec: DatasetSpec, base_url: str) -> str | None:
 
 def _download_only(spec: DatasetSpec, base_url: str | None):
     """A subclass of the dataset's torch_geometric class that downloads (from ``base_url`` when given) and
-    stops before processing."""
+    stops as soon as its ``download()`` returns."""
     cls = _pyg_class(spec)
     attrs = {"process": _stop_before_processing}
+    fetch_files = cls.download
     if base_url is not None:
         url = mirror_class_url(spec, base_url)
         if url is not None:
@@ -172,11 +174,15 @@ def _download_only(spec: DatasetSpec, base_url: str | None):
 
             folder = f"{base_url.rstrip('/')}/{spec.raw_subdir}"
 
-            def download(self) -> None:
+            def fetch_files(self) -> None:
                 for fname in self.raw_file_names:
-                    download_url(f"{folder}/{fname}", self.raw_dir, log=False)
+                    download_url(f"{folder}/{fname}", self.raw_dir)
 
-            attrs["download"] = download
+    def download(self) -> None:
+        fetch_files(self)
+        raise _RawFilesReady
+
+    attrs["download"] = download
     return type(f"{cls.__name__}Download", (cls,), attrs)
 
 
