@@ -2,8 +2,10 @@
 
 Order of sources: the processed or raw files already in the data root; else the raw files of a mirror
 (``SIMCALIB_DATA_MIRROR`` or the ``mirror`` argument, in the raw layout of torch_geometric), copied into
-the root and verified against the mirror's ``SHA256SUMS`` when it has one; else torch_geometric's own
-download. Features are row-normalised (``NormalizeFeatures``) and stored as a sparse CSR matrix by a
+the root and verified against the mirror's ``SHA256SUMS`` when it has one; else a download through
+torch_geometric's own class (:func:`simcalib.data.download.download_raw_files`: checked against the pinned
+digest, or recorded in ``<root>/SHA256SUMS``, before anything is parsed). Raw files listed in that record are
+checked against it whenever they are processed. Features are row-normalised (``NormalizeFeatures``) and stored as a sparse CSR matrix by a
 ``pre_transform``, so the bag-of-words graphs (CoraFull, CS, Physics: 6.8k to 8.7k features) are never held
 dense after their one-off processing.
 
@@ -28,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from simcalib.data.download import download_raw_files, sha256, verify_raw_files
 from simcalib.data.registry import DatasetSpec, get_spec
 from simcalib.errors import DataCorruptError, DataMissingError
 
@@ -145,14 +148,6 @@ def _read_checksums(mirror: Path) -> dict[str, str]:
     return {}
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _stage_from_mirror(spec: DatasetSpec, raw_dir: Path, mirror: Path) -> bool:
     """Copy the raw files of ``spec`` from ``mirror`` into ``raw_dir``; True if the mirror has them all."""
     src_dir = mirror / spec.raw_subdir
@@ -251,18 +246,19 @@ def load_dataset(
         elif not download:
             raise DataMissingError(_missing_message(spec, raw_dir, mirror, "downloads are disabled"))
         else:
-            source = "download"
+            try:
+                download_raw_files(spec, root)
+            except DataMissingError as exc:
+                raise DataMissingError(_missing_message(spec, raw_dir, mirror, f"the download failed: {exc}")) from None
+            have_raw, source = True, "download"
     if have_raw and not have_processed:
+        verify_raw_files(spec, root, use_pinned=False)  # downloaded files against the data root's record
         _check_raw_files(spec, raw_dir)
     try:
         dataset = _pyg_dataset(spec, root)
     except (DataCorruptError, TypeError, AttributeError, ImportError, NameError):
         raise  # our own errors and programming errors keep their traceback
     except Exception as exc:  # torch_geometric raises many types; translate into one clear message
-        if source == "download" and not have_raw:
-            raise DataMissingError(
-                _missing_message(spec, raw_dir, mirror, f"the download failed ({type(exc).__name__}: {exc})")
-            ) from None
         raise DataCorruptError(
             f"could not process {spec.name} from {raw_dir} ({type(exc).__name__}: {exc}); the raw or processed "
             f"files are corrupt. Delete {raw_dir.parent} and load again."
