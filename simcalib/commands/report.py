@@ -28,6 +28,8 @@ def register(sub) -> None:
                         help="a results folder (all results.csv below it) or a study YAML file")
     report.add_argument("--every", metavar="MANIFEST", default=None,
                         help="re-render every report listed in MANIFEST (e.g. reports/reports.yaml) from its results")
+    report.add_argument("--only", metavar="OUT", action="append", default=None,
+                        help="with --every: re-render only the entry whose out folder is OUT (repeatable)")
     report.add_argument("--keep-figures", action="store_true",
                         help="keep figures of an earlier rendering that need saved predictions not present here")
     report.add_argument("--out", default=None, help="output folder (default: reports/<study or folder name>)")
@@ -117,7 +119,15 @@ def run_every(args: argparse.Namespace) -> int:
     from simcalib.report.summary import embed_summary
 
     command = f"`make report` (= `simcalib report --every {args.every}`)"
-    for entry in read_manifest(args.every):
+    entries = read_manifest(args.every)
+    if args.only:
+        outs = [str(e["out"]).rstrip("/") for e in entries]
+        unknown = [o for o in args.only if o.rstrip("/") not in outs]
+        if unknown:
+            raise ConfigError(f"--only {', '.join(unknown)}: no entry of {args.every} has that out folder; its "
+                              f"entries: {', '.join(outs)}")
+        entries = [e for e in entries if str(e["out"]).rstrip("/") in {o.rstrip("/") for o in args.only}]
+    for entry in entries:
         outputs = build_report(entry["results"], entry["out"], args.paper_dir, entry["title"], args.theory_reps,
                                args.seed, splits=entry.get("splits"), keep_figures=True, regenerate=command,
                                data_efficiency=entry.get("data_efficiency"),

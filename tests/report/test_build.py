@@ -134,6 +134,19 @@ def test_a_manifest_entry_may_read_several_results_folders(tmp_path):
     assert "| Cora | GCN | SimCalib, UnCal | 6 |" in md and "| Photo | GAT | SimCalib, UnCal | 6 |" in md
 
 
+def test_only_re_renders_the_named_entry_and_names_an_unknown_one(tmp_path, capsys):
+    write_benchmark(tmp_path / "results" / "Cora_GCN", "Cora", "GCN", ["UnCal", "SimCalib"], predictions=False)
+    manifest = tmp_path / "reports.yaml"
+    manifest.write_text("".join(f"- results: {tmp_path / 'results'}\n  out: {tmp_path / name}\n  title: {name}\n"
+                                for name in ("a", "b")))
+    args = ["report", "--every", str(manifest), "--theory-reps", "20", "--paper-dir", str(tmp_path / "np")]
+    assert main([*args, "--only", str(tmp_path / "b")]) == 0
+    assert (tmp_path / "b" / "report.md").is_file() and not (tmp_path / "a").exists()
+    assert f"--every {manifest}`" in (tmp_path / "b" / "report.md").read_text()  # the manifest, not a subset
+    assert main([*args, "--only", str(tmp_path / "c")]) == 2
+    assert "no entry of" in capsys.readouterr().err
+
+
 def test_a_manifest_entry_with_paper_false_compares_no_table_with_the_paper(tmp_path, paper_dir):
     write_benchmark(tmp_path / "results" / "Actor_GCN", "Actor", "GCN", ["UnCal", "SimCalib"], predictions=False)
     out, manifest = tmp_path / "report", tmp_path / "reports.yaml"

@@ -79,8 +79,10 @@ def test_low_group_tests_find_simcalib_below_its_ablation_without_the_homophily_
 def test_choice_picks_the_lowest_error_and_the_highest_roc_auc_and_tests_it_against_ts():
     rows = _rows({"TS": [10.0] * 6, "GATS": [6.0, 7.0, 6.5, 6.0, 7.0, 6.5], "UnCal": [1.0] * 6})
     rows["roc_auc"] = np.where(rows["calibrator"] == "TS", 80.0, 85.0)
+    rows["accuracy"] = 70.0
     choice = choice_table(rows).set_index("metric")
     assert choice.loc["ece", "best"] == "GATS"  # UnCal is never a choice
+    assert choice.loc["ece", "accuracy_diff"] == pytest.approx(0.0)
     assert choice.loc["ece", "mean_diff"] == pytest.approx((np.mean([6.0, 7.0, 6.5]) - 10.0) / 2)
     assert choice.loc["roc_auc", "best"] == "GATS"
     assert choice.loc["brier", "best"] in {"GATS", "TS"}  # equal means: either, with no difference
