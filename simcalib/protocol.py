@@ -154,8 +154,25 @@ def load_graph(dataset: str, settings: ProtocolSettings) -> GraphData:
 
 def run_split(run: Run, settings: ProtocolSettings, graph: GraphData | None = None) -> Split:
     graph = graph or load_graph(run.dataset, settings)
-    return get_split(run.dataset, graph.y.numpy(), run.split, settings.study_seed, settings.resolved_splits_dir(),
+    return get_split(run.dataset, graph.y.numpy(), run.split, settings.study_seed, _splits_dir(run.dataset, settings),
                      settings.fold_rate, settings.n_folds, settings.test_rate, settings.generated_splits)
+
+
+def _splits_dir(dataset: str, settings: ProtocolSettings) -> Path | None:
+    """The fixed-splits folder of ``dataset``'s runs: none for a graph from another package (its splits are
+    always drawn from the seed, even where a folder of the same name exists)."""
+    return None if get_spec(dataset).external is not None else settings.resolved_splits_dir()
+
+
+def _cache_dataset(dataset: str, graph: GraphData) -> str:
+    """The dataset part of a backbone's cache key: the name, and for a graph from another package the digest
+    of the graph too (a changed function never reuses backbones of the graph it returned before)."""
+    if get_spec(dataset).external is None:
+        return dataset
+    digest = getattr(graph, "_simcalib_digest", None)
+    if digest is None:
+        digest = graph._simcalib_digest = graph_digest(graph)
+    return f"{dataset}@{digest}"
 
 
 def run_definition(run: Run, settings: ProtocolSettings) -> dict[str, str]:
@@ -216,7 +233,9 @@ def describe_split_sources(dataset: str, splits: Iterable[int], settings: Protoc
         parts.append(f"split(s) {','.join(map(str, fixed))} from the fixed GATS files in {folder} "
                      f"({settings.splits_origin()})")
     if generated:
-        if protocol_name(settings.fold_rate, settings.n_folds, settings.test_rate) != PAPER_PROTOCOL:
+        if get_spec(dataset).external is not None:
+            why = f"a graph from another package, {get_spec(dataset).external}"
+        elif protocol_name(settings.fold_rate, settings.n_folds, settings.test_rate) != PAPER_PROTOCOL:
             why = f"no published files for label rate {settings.label_rate:g}"
         elif fixed:
             why = "beyond the fixed files, allowed by --generated-splits"
@@ -227,8 +246,15 @@ def describe_split_sources(dataset: str, splits: Iterable[int], settings: Protoc
 
 
 def run_split_sources(dataset: str, splits: Iterable[int], settings: ProtocolSettings) -> dict[int, str]:
-    """Which of ``splits`` come from fixed files and which are generated (ConfigError if not allowed)."""
-    return split_sources(get_spec(dataset).name, list(splits), settings.resolved_splits_dir(), settings.fold_rate,
+    """Which of ``splits`` come from fixed files and which are generated (ConfigError if not allowed). A graph
+    from another package has no fixed files: at the paper's label rate, generated splits must be allowed."""
+    spec = get_spec(dataset)
+    if spec.external is not None and not settings.generated_splits and \
+            protocol_name(settings.fold_rate, settings.n_folds, settings.test_rate) == PAPER_PROTOCOL:
+        raise ConfigError(f"{spec.name} is a graph from another package ({spec.external}) and has no fixed GATS "
+                          "split files; run it on splits drawn from the study seed: runs.generated_splits: true in "
+                          "the study file, or --generated-splits")
+    return split_sources(spec.name, list(splits), _splits_dir(spec.name, settings), settings.fold_rate,
                          settings.n_folds, settings.test_rate, settings.generated_splits)
 
 
@@ -269,8 +295,8 @@ def train_run_backbone(run: Run, settings: ProtocolSettings) -> BackboneOutput:
     config = backbone_config(run, settings)
     seed = run.seed(settings)
     cache = BackboneCache(settings.cache_dir)
-    key = cache_key(run.dataset, config, run.split, run.init, run.fold, seed, train_idx, cal_idx,
-                    device=resolve_device(settings.device))
+    key = cache_key(_cache_dataset(run.dataset, graph), config, run.split, run.init, run.fold, seed, train_idx,
+                    cal_idx, device=resolve_device(settings.device))
     output = cache.load(run.dataset, run.backbone, key)
     if output is None:
         output = train_backbone(graph, torch.from_numpy(train_idx), torch.from_numpy(cal_idx), config, seed,
@@ -295,8 +321,8 @@ def train_split_backbones(runs: Sequence[Run], settings: ProtocolSettings,
     missing, keys, folds = [], [], []
     for position, run in enumerate(runs):
         train_idx, cal_idx, _ = split.fold_indices(run.fold)
-        key = cache_key(run.dataset, config, run.split, run.init, run.fold, run.seed(settings), train_idx, cal_idx,
-                        trainer=TRAINER, device=resolve_device(settings.device))
+        key = cache_key(_cache_dataset(run.dataset, graph), config, run.split, run.init, run.fold,
+                        run.seed(settings), train_idx, cal_idx, trainer=TRAINER, device=resolve_device(settings.device))
         outputs.append(cache.load(run.dataset, run.backbone, key))
         if outputs[-1] is None:
             missing.append(position)

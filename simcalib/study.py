@@ -358,14 +358,36 @@ def _check_names(study: Study) -> None:
             raise ConfigError(f"{study.where(path)}: calibrator {name} is listed twice (also line {seen[name]})")
         seen[name] = study.line(path)
         plans.append(_calibrator_plan(study, path, name, options, resolve, canonical_calibrator))
-    # Options are checked by building each calibrator once per benchmark (cheap: small modules, no data).
+    # Options are checked by building each calibrator once per benchmark (cheap: small modules, no data); a
+    # calibrator from another package is also fitted on a small probe graph (simcalib.calibrators.external).
+    probed: set = set()
     for plan in plans:
         if plan.tuned_from is None:
             for dataset in study.datasets:
                 for backbone in study.backbones:
                     resolve(plan.key, lambda options, n=plan.name, d=dataset, b=backbone: build_calibrator(
                         n, get_spec(d).num_classes, d, b, **options), plan.options)
+                    resolve(plan.key, lambda options, n=plan.name, d=dataset, b=backbone: probe_external(
+                        n, d, b, options, probed), plan.options)
     study.calibrators = plans
+
+
+def probe_external(name: str, dataset: str, backbone: str, options: dict, probed: set | None = None) -> None:
+    """:func:`~simcalib.calibrators.external.probe_calibrator` for a calibrator from another package, once per
+    definition and number of classes in ``probed``; nothing for a built-in."""
+    from simcalib.calibrators import calibrator_definition
+    from simcalib.calibrators.external import is_external, probe_calibrator
+    from simcalib.data import get_spec
+
+    if not is_external(name):
+        return
+    num_classes = get_spec(dataset).num_classes
+    key = (name, num_classes, calibrator_definition(name, dataset, backbone, **options).text)
+    if probed is not None and key in probed:
+        return
+    probe_calibrator(name, num_classes, dataset, backbone, **options)
+    if probed is not None:
+        probed.add(key)
 
 
 def _calibrator_plan(study: Study, path: Path_, name: str, options: Any, resolve, canonical) -> CalibratorPlan:
@@ -486,6 +508,7 @@ def plan_study(study: Study) -> list[BenchmarkPlan]:
             if calibrator.tuned_from is not None:  # explicit options were checked when the file was read
                 try:
                     build_calibrator(calibrator.name, get_spec(dataset).num_classes, dataset, backbone, **options)
+                    probe_external(calibrator.name, dataset, backbone, options)
                 except SimCalibError as exc:
                     raise ConfigError(f"{study.where(calibrator.key)}: tuned options for "
                                       f"{dataset}/{backbone}: {exc}") from None

@@ -29,7 +29,7 @@ from simcalib.calibrators.ts import TS
 from simcalib.calibrators.uncal import UnCal
 from simcalib.calibrators.vs import VS
 from simcalib.calibrators.wats import WATS
-from simcalib.errors import ConfigError, resolve_name
+from simcalib.errors import ConfigError, UnknownNameError, resolve_name
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class CalibratorEntry:
     # the name whose random stream a fit draws from (simcalib.protocol): its own, or that of the name whose
     # committed rows this preset reproduces (GETS_ap: the rows written as GETS before GETS followed the GETS code)
     seed_name: str | None = None
+    # a calibrator from another package (simcalib.calibrators.external): {"package", "version", "entry"}
+    source: dict | None = None
 
 
 def calibrator_seed_name(name: str) -> str:
@@ -66,12 +68,20 @@ def calibrator_names(include_tuned: bool = False) -> list[str]:
 
 
 def canonical_calibrator(name: str) -> str:
-    return resolve_name(name, CALIBRATORS, "calibrator")
+    """The registered spelling of ``name``; a name not built in is looked up among other packages' calibrators
+    (entry points of group ``simcalib.calibrators``, ``package.module:Class``) and registered when found."""
+    try:
+        return resolve_name(name, CALIBRATORS, "calibrator")
+    except UnknownNameError:
+        from simcalib.calibrators.external import register_external_calibrator
+
+        return register_external_calibrator(name)
 
 
 def _build_kwargs(entry: CalibratorEntry, dataset: str | None, backbone: str | None, options: dict) -> dict:
-    """The keyword options ``entry``'s class is built with on (dataset, backbone): the default weight decay,
-    the class's per-benchmark defaults, the name's preset, then ``options``."""
+    """The keyword options ``entry``'s class is built with on (dataset, backbone): the default weight decay
+    (not for a calibrator from another package: its constructor's own), the class's per-benchmark defaults, the
+    name's preset, then ``options``."""
     if entry.tuned_from is not None and not options:
         raise ConfigError(f"{entry.name} is {entry.tuned_from} with options tuned per benchmark, and none were given: "
                           f"pass them, e.g. build_calibrator({entry.name!r}, ..., **load_tuned_params(dataset, "
@@ -80,8 +90,8 @@ def _build_kwargs(entry: CalibratorEntry, dataset: str | None, backbone: str | N
     # per-benchmark option defaults besides weight decay (e.g. GATS's bias on CoraFull)
     benchmark_defaults = getattr(entry.cls, "benchmark_defaults", None)
     per_benchmark = benchmark_defaults(dataset, backbone) if benchmark_defaults else {}
-    return {"weight_decay": default_weight_decay(entry.cls.name, dataset, backbone), **per_benchmark,
-            **entry.preset, **options}
+    protocol = {} if entry.source else {"weight_decay": default_weight_decay(entry.cls.name, dataset, backbone)}
+    return {**protocol, **per_benchmark, **entry.preset, **options}
 
 
 def build_calibrator(name: str, num_classes: int, dataset: str | None = None, backbone: str | None = None,
@@ -121,10 +131,11 @@ def _constructor_defaults(cls: type) -> dict:
 
 @dataclass(frozen=True)
 class CalibratorDefinition:
-    """What a registered name builds on one benchmark: its class and every constructor option, resolved."""
+    """What a registered name builds on one benchmark: its class, every constructor option, resolved, and for a
+    calibrator from another package the package, version and entry it came from."""
 
     name: str
-    options: dict  # {"class": class name, option: value, ...}, every option of the constructor chain
+    options: dict  # {"class": class name, [package, version, entry,] option: value, ...}
 
     @property
     def text(self) -> str:
@@ -155,7 +166,8 @@ def calibrator_definition(name: str, dataset: str | None = None, backbone: str |
     with torch.random.fork_rng(devices=[]):
         model = entry.cls(2, **kwargs)  # the options do not depend on the number of classes
     trained = {option: getattr(model, option) for option in TRAINING_OPTIONS}
-    return CalibratorDefinition(entry.name, {"class": entry.cls.__name__, **defaults, **kwargs, **trained})
+    return CalibratorDefinition(entry.name, {"class": entry.cls.__name__, **(entry.source or {}), **defaults,
+                                             **kwargs, **trained})
 
 
 register_calibrator("UnCal", UnCal)

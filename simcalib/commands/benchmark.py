@@ -24,11 +24,13 @@ def register(sub) -> None:
 
     bench = sub.add_parser("benchmark", help="run the 75-run protocol (or a subset) on one benchmark",
                            description="Train backbones and fit calibrators under the GATS protocol; writes OUT/results.csv.")
-    bench.add_argument("--dataset", required=True, help=f"one of: {', '.join(dataset_names())}")
+    bench.add_argument("--dataset", required=True, help=f"one of: {', '.join(dataset_names())}, an entry point of "
+                                                        "group simcalib.datasets, or package.module:function")
     bench.add_argument("--backbone", required=True, help="GCN or GAT")
     bench.add_argument("--calibrators", type=csv_list, default=None,
-                       help=f"comma list among: {', '.join(calibrator_names(include_tuned=True))} (default: those of "
-                            "--study, else uncal,ts,vs,ets)")
+                       help=f"comma list among: {', '.join(calibrator_names(include_tuned=True))}, an entry point of "
+                            "group simcalib.calibrators, or package.module:Class (default: those of --study, else "
+                            "uncal,ts,vs,ets)")
     bench.add_argument("--study", default=None, metavar="STUDY_FILE",
                        help="take the calibrators, their options (e.g. a SimCalib grid criterion), "
                             "the seed and the runs' batch keys from this study file, so a pass run here computes the same "
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from simcalib.results_store import check_results_file, check_resume_source, summarize
     from simcalib.splits import record_split_sources
-    from simcalib.study import load_study
+    from simcalib.study import load_study, probe_external
     from simcalib.tuning.store import load_tuned_params
 
     if args.workers < 1:
@@ -130,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     for c in calibrators:  # e.g. SimCalib_tuned without --study: the options a search stored for the benchmark
         if c not in options and CALIBRATORS[c].tuned_from is not None:
             options[c] = load_tuned_params(dataset, backbone, CALIBRATORS[c].tuned_from, tuned_dir)
+    for c in calibrators:  # a calibrator from another package: fitted on a probe graph before any work
+        probe_external(c, dataset, backbone, options.get(c) or {})
     fold_rate = 0.05 if args.label_rate is None else args.label_rate / 3
     settings = protocol_settings(args, fold_rate, study.spec.backbone if study else None)
     out = Path(args.out or f"results/{dataset}_{backbone}")

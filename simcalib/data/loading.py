@@ -229,8 +229,13 @@ def load_dataset(
     mirror: str | os.PathLike | None = None,
     download: bool | None = None,
 ) -> GraphData:
-    """Load one of the benchmark graphs (see module docstring for the order of sources)."""
+    """Load one of the benchmark graphs (see module docstring for the order of sources), or a graph from another
+    package (:mod:`simcalib.data.external`)."""
     spec = get_spec(name)
+    if spec.external is not None:
+        from simcalib.data.external import external_graph
+
+        return external_graph(spec.name)
     root = data_root(root)
     mirror = mirror_dir(mirror)
     if download is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simcalib.errors import resolve_name
+from simcalib.errors import UnknownNameError, resolve_name
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class DatasetSpec:
     root_subdir: str | None = None  # torch_geometric root below the data root (Actor reads <root>/raw)
     npz_keys: tuple[str, ...] = ()  # arrays a raw npz of this format must hold (empty: the gnn-benchmark keys)
     own_splits: bool = False  # the dataset ships fixed splits (train/val/test masks [N, S]) of its own
+    external: str | None = None  # a graph from another package: its ``module:function`` (simcalib.data.external)
 
     @property
     def heterophilous(self) -> bool:
@@ -89,7 +90,8 @@ DATASETS: dict[str, DatasetSpec] = {
 
 
 def dataset_names() -> list[str]:
-    return list(DATASETS)
+    """The built-in datasets (graphs from other packages are named, not listed)."""
+    return [name for name, spec in DATASETS.items() if spec.external is None]
 
 
 def heterophilous_names() -> list[str]:
@@ -97,9 +99,16 @@ def heterophilous_names() -> list[str]:
 
 
 def get_spec(name: str) -> DatasetSpec:
-    """The spec of ``name`` (case-insensitive; ``CiteSeer`` and ``PubMed`` are accepted too)."""
+    """The spec of ``name`` (case-insensitive; ``CiteSeer`` and ``PubMed`` are accepted too); a name not built in
+    is looked up among other packages' graphs (entry points of group ``simcalib.datasets``,
+    ``package.module:function``: :mod:`simcalib.data.external`), registered when found."""
     aliases = {"citeseer": "Citeseer", "pubmed": "Pubmed", "cora_full": "CoraFull", "corafull": "CoraFull",
                "film": "Actor", **{n.lower(): n for n in DATASETS},
                **{n.replace("_", "-"): n for n in DATASETS if "_" in n}}  # "roman-empire", "Amazon-ratings" ...
     key = aliases.get(str(name).strip().lower(), name)
-    return DATASETS[resolve_name(key, DATASETS, "dataset")]
+    try:
+        return DATASETS[resolve_name(key, DATASETS, "dataset")]
+    except UnknownNameError:
+        from simcalib.data.external import register_external_dataset
+
+        return register_external_dataset(str(name))

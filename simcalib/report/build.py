@@ -50,11 +50,14 @@ from simcalib.report.tables import (
     NEWER_ONLY,
     NOT_RECORDED,
     NOT_RUN,
+    OTHER_METRICS,
     TABLE_SPECS,
     ComparisonTable,
     ResultTable,
+    TableSpec,
     build_comparison,
     build_result_table,
+    other_table_specs,
     sorted_benchmarks,
     write_table,
 )
@@ -82,7 +85,7 @@ class TableSet:
 
 def build_tables(study: StudyResults, paper: PaperTables) -> TableSet:
     rows = study.main_rows()
-    results = [build_result_table(rows, spec, paper) for spec in TABLE_SPECS]
+    results = [build_result_table(rows, spec, paper) for spec in (*TABLE_SPECS, *other_table_specs(rows))]
     results = [t for t in results if shows_something_new(t) and not (t.spec.omit_if_empty and t.empty)]
     comparisons = {t.spec.key: c for t in results if (c := build_comparison(t, paper)) is not None}
     return TableSet(results, comparisons)
@@ -130,7 +133,8 @@ def grid_choice_blocks(study: StudyResults) -> list[Block]:
 def write_tables(tables: TableSet, out_dir: Path) -> list[Path]:
     folder = Path(out_dir) / "tables"
     shown = {t.spec.key for t in tables.results}
-    for spec in TABLE_SPECS:  # an earlier rendering's table that this one leaves out must not linger beside it
+    left_out = [*TABLE_SPECS, *(TableSpec(f"other_{m}", "", m, ()) for m in OTHER_METRICS)]
+    for spec in left_out:  # an earlier rendering's table that this one leaves out must not linger beside it
         if spec.key not in shown:
             for stem in (spec.key, f"{spec.key}_vs_paper"):
                 for suffix in (".md", ".tex", ".csv"):

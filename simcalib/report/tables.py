@@ -137,6 +137,25 @@ TABLE_SPECS: tuple[TableSpec, ...] = (
               EXTRA_METHODS, statistic="median", drop_unrun=True, bold_best=False),
 )
 ESTIMATOR_TABLES = tuple(s.key for s in TABLE_SPECS if s.metric in ESTIMATOR_NAMES)
+OTHER_METRICS = ("ece", "nll", "accuracy")  # the tables of calibrators no table above names
+
+
+def other_methods(rows: pd.DataFrame) -> list[str]:
+    """The calibrators of ``rows`` that no table of :data:`TABLE_SPECS` names (e.g. from another package)."""
+    named = {m for spec in TABLE_SPECS if spec.methods for m in spec.methods}
+    names = rows["calibrator"].astype(str).unique() if len(rows) else []
+    return sorted(n for n in names if n not in named and not W_SWEEP_NAME.match(n))
+
+
+def other_table_specs(rows: pd.DataFrame) -> tuple[TableSpec, ...]:
+    """Tables of :func:`other_methods` beside the paper's calibrators (those that ran), on :data:`OTHER_METRICS`;
+    none when every calibrator of ``rows`` has a table."""
+    others = tuple(other_methods(rows))
+    if not others:
+        return ()
+    return tuple(TableSpec(f"other_{metric}", f"{METRIC_LABELS[metric]} of the calibrators no other table shows "
+                           "(e.g. from other packages) beside the paper's", metric, MAIN_METHODS + others,
+                           lower_is_better=metric != "accuracy", drop_unrun=True) for metric in OTHER_METRICS)
 
 
 def benchmark_sort_key(benchmark: Benchmark) -> tuple:
@@ -501,6 +520,7 @@ def write_table(table: ResultTable | ComparisonTable, folder: Path, stem: str, c
 
 
 __all__ = ["ABLATION_METHODS", "CI_LABEL", "ESTIMATOR_TABLES", "EXTRA_CALIBRATORS", "EXTRA_METHODS", "MAIN_METHODS",
+           "OTHER_METRICS", "other_methods", "other_table_specs",
            "NEWER_METHODS", "NEWER_METRICS", "NEWER_ONLY",
            "NOT_RECORDED", "NOT_RUN", "TABLE_SPECS", "ComparisonTable", "ResultTable", "TableSpec", "benchmark_sort_key", "build_comparison", "build_result_table", "display_name",
            "sorted_benchmarks", "table_latex", "table_markdown", "w_sweep_methods", "write_table"]

@@ -1,0 +1,1 @@
+"""An example calibrator and graph for the SimCalib benchmark, registered through entry points."""
