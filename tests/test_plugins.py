@@ -10,7 +10,12 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from simcalib.calibrators import CALIBRATORS, calibrator_definition, calibrator_seed_name, canonical_calibrator
+from simcalib.calibrators import (
+    CALIBRATORS,
+    calibrator_definition,
+    calibrator_seed_name,
+    canonical_calibrator,
+)
 from simcalib.calibrators.external import probe_calibrator
 from simcalib.cli import main
 from simcalib.data import DATASETS, get_spec, load_dataset
