@@ -34,7 +34,8 @@ def _load() -> str:
 def time_cora_gcn(threads: int, workers: int) -> None:
     import torch
 
-    from simcalib.protocol import BenchmarkRequest, ProtocolSettings, run_benchmark
+    from simcalib.executor import BenchmarkRequest, run_benchmark
+    from simcalib.protocol import ProtocolSettings
     from simcalib.results_store import summarize
 
     torch.set_num_threads(1 if workers > 1 else threads)

@@ -28,9 +28,10 @@ import simcalib
 from simcalib.protocol import ProtocolSettings, Run
 from simcalib.splits import find_split_file, protocol_name
 
-# Library parts that only read, report or parse configuration: editing them does not change any number.
-_NOT_NUMERIC = {"commands", "report", "tuning", "cli.py", "plots.py", "study.py", "tuned.py", "errors.py",
-                "integrity.py"}
+# Library modules (and packages) that only read, report or resolve configuration: editing them does not change
+# any number.
+_NOT_NUMERIC = ("simcalib.commands", "simcalib.report", "simcalib.tuning", "simcalib.cli", "simcalib.plots",
+                "simcalib.study", "simcalib.plan", "simcalib.errors", "simcalib.integrity")
 KEY_VERSION = 1  # bump when the meaning of a task's result changes
 
 
@@ -41,7 +42,8 @@ def library_fingerprint() -> str:
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         relative = path.relative_to(root)
-        if relative.parts[0] in _NOT_NUMERIC:
+        module = ".".join(("simcalib", *relative.with_suffix("").parts))
+        if any(module == part or module.startswith(part + ".") for part in _NOT_NUMERIC):
             continue
         digest.update(str(relative).encode())
         digest.update(path.read_bytes())

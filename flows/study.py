@@ -41,21 +41,19 @@ from flows.caching import calibrate_across_runs_cache_key_fn, calibrate_cache_ke
 from flows.runners import make_task_runner, shared_api_server
 from simcalib.errors import SimCalibError
 from simcalib.integrity import check_append, check_results, finished_run, results_lock
+from simcalib.plan import BenchmarkPlan, StudyPlan, plan_study
 from simcalib.protocol import (
     ProtocolSettings,
     Run,
-    backbone_config,
-    describe_split_sources,
     evaluate_calibrator,
     fit_calibrator_across_runs,
     fits_across_runs,
-    planned_runs,
     train_run_backbone,
     train_split_backbones,
 )
 from simcalib.results_store import append_rows, check_results_file, read_results, summarize
 from simcalib.splits import check_split_sources
-from simcalib.study import BenchmarkPlan, Study, load_study, plan_study
+from simcalib.study import TaskRunnerSpec, load_study
 
 TASK_RESULTS = "task-results"  # under the study's output folder
 PAPER_DIR_ENV = "SIMCALIB_PAPER_DIR"
@@ -197,62 +195,68 @@ class _Tally:
         return {"computed": self.computed, "cached": self.cached, "failed": len(self.failed)}
 
 
+def _runner_spec(execution) -> TaskRunnerSpec:
+    return TaskRunnerSpec(kind=execution.runner, workers=execution.workers, address=execution.address,
+                          torch_threads=execution.torch_threads)
+
+
 @flow(name="study", log_prints=True)
-def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = None) -> dict:
-    """Run the study described by ``study_file`` (``overrides``: nested keys that win over the file)."""
-    study = load_study(study_file, overrides)
-    plans = plan_study(study)  # fail on input before the task runner (a Dask cluster, processes) even starts
-    runner = study.spec.task_runner
-    with results_lock(study.output, command=f"simcalib study run {study_file}", notify=print), \
-            shared_api_server(runner):
+def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = None, plan: dict | None = None) -> dict:
+    """Run the study described by ``study_file`` (``overrides``: nested keys that win over the file).
+    ``plan``: the study already resolved (:meth:`~simcalib.plan.StudyPlan.to_json`, as ``simcalib study run``
+    passes it); else the file is resolved here, once, before the task runner (a Dask cluster, processes) starts."""
+    study_plan = StudyPlan.from_json(plan) if plan is not None else plan_study(load_study(study_file, overrides))
+    execution = study_plan.execution
+    with results_lock(study_plan.output, command=f"simcalib study run {study_file}", notify=print), \
+            shared_api_server(_runner_spec(execution)):
         splits = []
-        for plan in plans:
-            splits.append(f"{plan.name}: "
-                          f"{describe_split_sources(plan.dataset, study.splits, plan.settings).split(': ', 1)[1]}")
+        for benchmark in study_plan.benchmarks:
+            splits.append(f"{benchmark.name}: {benchmark.describe_splits()}")
             print(f"splits: {splits[-1]}")
             # results already there must be of these runs' definitions: refuse now, not after computing
             # (a changed calibrator definition is not refused: the flow rewrites results.csv from the plan's rows)
-            check_results_file(plan.out_dir / "results.csv", planned_runs(plan.runs, plan.settings))
-            check_split_sources(plan.out_dir, plan.split_sources)
-        subflow = run_study.with_options(task_runner=make_task_runner(runner), name="run-study",
-                                         flow_run_name=f"{study.name}-{runner.kind}")
-        return {**subflow(study_file, overrides), "splits": splits}
+            check_results_file(benchmark.out_dir / "results.csv", benchmark.planned_runs())
+            check_split_sources(benchmark.out_dir, benchmark.split_sources)
+        subflow = run_study.with_options(task_runner=make_task_runner(_runner_spec(execution)), name="run-study",
+                                         flow_run_name=f"{study_plan.name}-{execution.runner}")
+        return {**subflow(study_plan.to_json()), "splits": splits}
 
 
 @flow(name="run-study", log_prints=True)
-def run_study(study_file: str, overrides: dict | None = None) -> dict:
-    """The fan-out of a validated study on the task runner this flow was given."""
+def run_study(plan: dict) -> dict:
+    """The fan-out of a resolved study (:meth:`~simcalib.plan.StudyPlan.to_json`, recorded as this flow run's
+    parameter) on the task runner this flow was given."""
     logger = get_run_logger()
-    study = load_study(study_file, overrides)
-    plans = plan_study(study)
-    spec = study.spec
+    study = StudyPlan.from_json(plan)
+    execution = study.execution
     storage = (study.output / TASK_RESULTS).resolve()  # a Path: Prefect stores results there as local files
     pretrain_task = pretrain.with_options(result_storage=storage)
     calibrate_task = calibrate.with_options(result_storage=storage)
     calibrate_runs_task = calibrate_runs.with_options(result_storage=storage)
-    threads = spec.task_runner.torch_threads
+    threads = execution.torch_threads
+    plans = study.benchmarks
 
     pretrains: dict = {}  # future -> (plan, run)
     calibrations: dict = {}  # future -> (plan, [runs], calibrator): one run, or a split's runs fitted together
     for plan in plans:
         # absolute, like the task-results folder: a worker resolves a relative path against its own directory
-        predictions = str((plan.out_dir / "predictions").resolve()) if spec.save_predictions else None
-        split_futures = _submit_split_batches(plan, threads, spec.runs.models_per_batch)
-        together = {name for name, _ in plan.calibrators if spec.runs.batch_calibrators and fits_across_runs(name)}
+        predictions = str((plan.out_dir / "predictions").resolve()) if execution.save_predictions else None
+        split_futures = _submit_split_batches(plan, threads, execution.models_per_batch)
+        together = {name for name in plan.calibrator_names if execution.batch_calibrators and fits_across_runs(name)}
         backbones: dict[int, list] = {}  # split -> its runs' pretrain futures
         for run in plan.runs:
             backbone = pretrain_task.submit(run, plan.settings, threads,
                                             wait_for=[split_futures[run.split]] if split_futures else None)
             pretrains[backbone] = (plan, run)
             backbones.setdefault(run.split, []).append(backbone)
-            for name, options in plan.calibrators:
+            for name, options in plan.calibrator_options.items():
                 if name not in together:
                     future = calibrate_task.submit(run, plan.settings, name, options, predictions, threads,
                                                    wait_for=[backbone])
                     calibrations[future] = (plan, [run], name)
         for split, futures in backbones.items():
             runs = [pretrains[f][1] for f in futures]
-            for name, options in plan.calibrators:
+            for name, options in plan.calibrator_options.items():
                 if name in together:
                     future = calibrate_runs_task.with_options(
                         task_run_name=f"calibrate-runs-{name}-{plan.name}-s{split}").submit(
@@ -260,8 +264,8 @@ def run_study(study_file: str, overrides: dict | None = None) -> dict:
                     calibrations[future] = (plan, runs, name)
 
     logger.info("study %s: %d benchmarks x %d runs, %d calibrators -> %d tasks on %s (%d workers); output %s",
-                study.name, len(plans), study.runs_per_benchmark(), len(study.calibrators),
-                len(pretrains) + len(calibrations), spec.task_runner.kind, spec.task_runner.workers, study.output)
+                study.name, len(plans), study.runs_per_benchmark, len({c for p in plans for c in p.calibrator_names}),
+                len(pretrains) + len(calibrations), execution.runner, execution.workers, study.output)
     tracker = _tracker(study, logger)
     pre_tally, cal_tally = _Tally(), _Tally()
     backbone_stats: dict[str, list[dict]] = {p.name: [] for p in plans}
@@ -284,7 +288,7 @@ def run_study(study_file: str, overrides: dict | None = None) -> dict:
             finished_run()  # the fault hook ($SIMCALIB_FAULT_KILL_AFTER)
             result = future.result()
             for run, row in zip(runs, result if isinstance(result, list) else [result]):
-                order = (run.split, run.init, run.fold, [c for c, _ in plan.calibrators].index(name))
+                order = (run.split, run.init, run.fold, plan.calibrator_names.index(name))
                 rows[plan.name].append((order, row))
                 logger.info("[%d/%d] %s s%d i%d f%d %-10s ECE %6.2f%%  (%s)", done, len(calibrations), plan.name,
                             run.split, run.init, run.fold, name, row["ece"], future.state.name.lower())
@@ -297,7 +301,7 @@ def run_study(study_file: str, overrides: dict | None = None) -> dict:
 
     result = {
         "study": study.name, "study_file": study.source, "output": str(study.output),
-        "tracking_uri": study.tracking_uri, "experiment": study.experiment_name,
+        "tracking_uri": execution.tracking_uri, "experiment": execution.experiment,
         "experiment_id": tracker.experiment_id,
         "tasks": {"pretrain": pre_tally.as_dict(), "calibrate": cal_tally.as_dict()},
         "benchmarks": benchmarks, "report": None,
@@ -308,7 +312,7 @@ def run_study(study_file: str, overrides: dict | None = None) -> dict:
             f"{len(failures)} task(s) failed ({'; '.join(failures[:5])}{' ...' if len(failures) > 5 else ''}); "
             f"the results of the others are in {study.output} and cached: fix the cause and run the same command "
             "again to compute only what is missing")
-    if spec.report:
+    if execution.report:
         result["report"] = _report(study, logger)
     logger.info("study %s finished: pretrain %s, calibrate %s", study.name, pre_tally.as_dict(), cal_tally.as_dict())
     return result
@@ -326,15 +330,15 @@ def _submit_split_batches(plan: BenchmarkPlan, threads: int | None, models_per_b
             for split, runs in by_split.items()}
 
 
-def _tracker(study: Study, logger):
+def _tracker(study: StudyPlan, logger):
     from flows.tracking import StudyTracker
 
-    tracker = StudyTracker(study.tracking_uri, study.experiment_name)
-    logger.info("MLflow: experiment %r at %s", study.experiment_name, study.tracking_uri)
+    tracker = StudyTracker(study.execution.tracking_uri, study.execution.experiment)
+    logger.info("MLflow: experiment %r at %s", study.execution.experiment, study.execution.tracking_uri)
     return tracker
 
 
-def _finish_benchmark(study: Study, plan: BenchmarkPlan, rows: list[dict], backbone_stats: list[dict],
+def _finish_benchmark(study: StudyPlan, plan: BenchmarkPlan, rows: list[dict], backbone_stats: list[dict],
                       tracker, logger) -> dict:
     """Aggregate one benchmark, then log it to MLflow from this (the flow's) process."""
     from flows.tracking import BenchmarkRecord, calibrator_hyperparameters, git_commit, package_versions
@@ -346,16 +350,15 @@ def _finish_benchmark(study: Study, plan: BenchmarkPlan, rows: list[dict], backb
         written = aggregate(plan.dataset, plan.backbone, rows, str(plan.out_dir))
     results = pd.read_csv(written["results"])
     summary = pd.read_csv(written["summary"])
-    spec = study.spec
     settings = plan.settings
     params = {
-        "study": study.name, "study_file": study.source, "study_seed": spec.seed,
-        "splits": study.splits, "inits": study.inits, "folds": study.folds, "label_rate": settings.label_rate,
-        "runs": len(plan.runs), "calibrators": [c for c, _ in plan.calibrators],
+        "study": study.name, "study_file": study.source, "study_seed": study.seed,
+        "splits": list(study.splits), "inits": list(study.inits), "folds": list(study.folds),
+        "label_rate": settings.label_rate, "runs": len(plan.runs), "calibrators": plan.calibrator_names,
         "generated_splits": sorted(s for s, source in plan.split_sources.items() if source == "generated"),
-        "run_seeds": [r.seed(settings) for r in plan.runs], "seed_rule": "simcalib.seeding.run_seed",
-        "task_runner": spec.task_runner.kind, "device": spec.device, "git_commit": git_commit(),
-        **{f"backbone.{k}": v for k, v in vars(backbone_config(plan.runs[0], settings)).items()},
+        "run_seeds": list(plan.seeds), "seed_rule": "simcalib.seeding.run_seed",
+        "task_runner": study.execution.runner, "device": study.device, "git_commit": git_commit(),
+        **{f"backbone.{k}": v for k, v in plan.backbone_config},
         **{f"version.{k}": v for k, v in package_versions().items()},
     }
     stats = pd.DataFrame(backbone_stats)
@@ -366,10 +369,11 @@ def _finish_benchmark(study: Study, plan: BenchmarkPlan, rows: list[dict], backb
         study=study.name, dataset=plan.dataset, backbone=plan.backbone, variant=plan.variant, results=results,
         summary=summary,
         params=params,
-        calibrator_params={c: calibrator_hyperparameters(c, plan.dataset, plan.backbone, o) for c, o in plan.calibrators},
+        calibrator_params={c: calibrator_hyperparameters(c, plan.dataset, plan.backbone, o)
+                           for c, o in plan.calibrator_options.items()},
         backbone_metrics=backbone_metrics,
         files=[Path(written["results"]), Path(written["summary"]), Path(study.source)],
-        predictions_dir=plan.out_dir / "predictions" if spec.save_predictions else None,
+        predictions_dir=plan.out_dir / "predictions" if study.execution.save_predictions else None,
     )
     run_id, logged = tracker.log_benchmark(record)
     logger.info("%s: %d rows -> %s; MLflow run %s (%s)", plan.name, len(results), written["results"], run_id,
@@ -377,7 +381,7 @@ def _finish_benchmark(study: Study, plan: BenchmarkPlan, rows: list[dict], backb
     return {**written, "mlflow_run_id": run_id}
 
 
-def _report(study: Study, logger) -> str | None:
+def _report(study: StudyPlan, logger) -> str | None:
     """Run ``flows.report.report_flow`` on the study's output when that module exists; returns report.md."""
     try:
         from flows.report import report_flow
@@ -388,7 +392,7 @@ def _report(study: Study, logger) -> str | None:
         return None
     return report_flow(results_dir=str(study.output), out_dir=str(study.output / "report"),
                        paper_dir=os.environ.get(PAPER_DIR_ENV), title=f"SimCalib study {study.name!r}",
-                       tracking_uri=study.tracking_uri, experiment=study.experiment_name)
+                       tracking_uri=study.execution.tracking_uri, experiment=study.execution.experiment)
 
 
 __all__ = [

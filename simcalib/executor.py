@@ -1,4 +1,9 @@
-"""A process pool for protocol runs: each task in its own spawned worker process with one torch thread.
+"""One benchmark run from its plan, and the process pool its runs may use.
+
+:func:`run_planned_benchmark` chains the protocol's units (:mod:`simcalib.protocol`) over the runs of one
+:class:`~simcalib.plan.BenchmarkPlan`, appending each run's rows to ``results.csv``
+(:mod:`simcalib.results_store`) as soon as they exist, so an interrupted benchmark keeps what it computed and
+a restart skips it; :func:`run_benchmark` plans a :class:`BenchmarkRequest` first.
 
 :func:`in_processes` yields ``function(*task)`` of every task as it finishes. Workers are spawned (torch and
 fork do not mix safely), take the caller's warning filters, exit when the parent dies, and are stopped as
@@ -7,6 +12,8 @@ soon as the caller stops reading (interrupted, a task failed, or it left early),
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import multiprocessing
 import os
 import threading
@@ -14,8 +21,37 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
 
+import pandas as pd
 import torch
+
+from simcalib.calibrators import canonical_calibrator
+from simcalib.errors import ConfigError
+from simcalib.integrity import finished_run, results_lock
+from simcalib.plan import BenchmarkPlan, plan_benchmark
+from simcalib.protocol import (
+    FittedCalibrator,
+    ProtocolSettings,
+    Run,
+    evaluate_calibrator,
+    fit_calibrator_across_runs,
+    fits_across_runs,
+    train_run_backbone,
+    train_split_backbones,
+)
+from simcalib.results_store import (
+    append_rows,
+    check_results_file,
+    check_resume_source,
+    copy_finished_rows,
+    known_backbone_digests,
+    read_results,
+    result_key,
+    result_keys,
+    run_key,
+)
 
 
 def worker_init(threads: int, warning_filters: list, parent_pid: int) -> None:
@@ -66,4 +102,209 @@ def in_processes(function: Callable, tasks: Sequence[tuple], workers: int) -> It
     pool.shutdown()
 
 
-__all__ = ["Counted", "in_processes", "worker_init"]
+
+# ---------------------------------------------------------------------------------------------------------
+# One benchmark, from its plan
+
+
+@dataclass
+class BenchmarkRequest:
+    dataset: str
+    backbone: str
+    calibrators: list[str]
+    splits: list[int] = field(default_factory=lambda: list(range(5)))
+    inits: list[int] = field(default_factory=lambda: list(range(5)))
+    folds: list[int] = field(default_factory=lambda: list(range(3)))
+    calibrator_options: dict[str, dict] = field(default_factory=dict)
+
+
+def _run_calibrators(run: Run, settings: ProtocolSettings, calibrators: Sequence[str], options: dict[str, dict],
+                     predictions_dir: Path | None) -> list[dict]:
+    """One run: its backbone (cached) and the result rows of ``calibrators`` on it."""
+    output = train_run_backbone(run, settings)
+    return [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir) for c in calibrators]
+
+
+def _split_groups(jobs: Sequence[tuple[Run, list[str]]]) -> list[list[tuple[Run, list[str]]]]:
+    """The jobs with work to do, grouped by split (the runs whose backbones train together), in job order."""
+    groups: dict[int, list] = {}
+    for run, todo in jobs:
+        if todo:
+            groups.setdefault(run.split, []).append((run, todo))
+    return list(groups.values())
+
+
+def _run_split_group(group: Sequence[tuple[Run, list[str]]], settings: ProtocolSettings, options: dict[str, dict],
+                     predictions_dir: Path | None, models_per_batch: int | None = None,
+                     batch_calibrators: bool = False) -> Iterator[list[dict]]:
+    """The runs of one split: their backbones (with ``settings.batch_runs`` trained together, else one at a
+    time; cached per run), then each run's calibrator rows, yielded run by run (so results.csv grows one run
+    at a time). With ``batch_calibrators`` every calibrator that :func:`fits_across_runs` is first fitted on
+    all the runs that need it at once; the rows are then yielded run by run all the same."""
+    runs = [run for run, _ in group]
+    if settings.batch_runs:
+        outputs = train_split_backbones(runs, settings, models_per_batch)
+    else:
+        outputs = [train_run_backbone(run, settings) for run in runs]
+    fitted: dict[tuple[int, str], FittedCalibrator] = {}  # (position in group, calibrator) -> fitted model
+    if batch_calibrators:
+        names = list(dict.fromkeys(c for _, todo in group for c in todo if fits_across_runs(c)))
+        for name in names:
+            positions = [p for p, (_, todo) in enumerate(group) if name in todo]
+            models = fit_calibrator_across_runs([runs[p] for p in positions], settings, name, options.get(name),
+                                                [outputs[p] for p in positions])
+            fitted.update({(p, name): model for p, model in zip(positions, models)})
+    for position, ((run, todo), output) in enumerate(zip(group, outputs)):
+        yield [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir, fitted.pop((position, c), None))
+               for c in todo]
+
+
+def _split_group_rows(group, settings, options, predictions_dir, models_per_batch=None,
+                      batch_calibrators=False) -> list[list[dict]]:
+    """:func:`_run_split_group` collected, for a worker process (which returns once)."""
+    return list(_run_split_group(group, settings, options, predictions_dir, models_per_batch, batch_calibrators))
+
+
+def _batched_rows(jobs, settings, options, predictions_dir, workers: int, models_per_batch: int | None,
+                  batch_calibrators: bool = False):
+    """Each job's rows (``[]`` for a job with nothing to do), the runs of a split together (their backbones
+    with ``settings.batch_runs``, their calibrators with ``batch_calibrators``); with ``workers`` > 1, one split
+    per worker process (one torch thread each)."""
+    groups = _split_groups(jobs)
+    for _ in range(len(jobs) - sum(len(g) for g in groups)):
+        yield []
+    if workers == 1:
+        for group in groups:
+            yield from _run_split_group(group, settings, options, predictions_dir, models_per_batch, batch_calibrators)
+        return
+    tasks = [(g, settings, options, predictions_dir, models_per_batch, batch_calibrators) for g in groups]
+    for rows_per_run in in_processes(_split_group_rows, tasks, workers):
+        yield from rows_per_run
+
+
+def _rows_in_processes(jobs, settings, options, predictions_dir, workers: int):
+    """Each job's result rows (``[]`` for a job with nothing to do), the runs computed in ``workers``
+    processes with one torch thread each (the layout that is fastest for small graphs on few cores, and the
+    same numbers as ``--threads 1``: the thread count is part of the backbone's identity), yielded as each
+    run finishes."""
+    pending = [(run, todo) for run, todo in jobs if todo]
+    for _ in range(len(jobs) - len(pending)):
+        yield []
+    yield from in_processes(_run_calibrators, [(run, settings, todo, options, predictions_dir)
+                                               for run, todo in pending], workers)
+
+
+def run_benchmark(
+    request: BenchmarkRequest,
+    settings: ProtocolSettings,
+    out_dir: str | os.PathLike,
+    save_predictions: bool = False,
+    progress: Callable[[Iterable], Iterable] | None = None,
+    workers: int = 1,
+    batch_runs: bool = False,
+    resume_from: str | os.PathLike | None = None,
+    models_per_batch: int | None = None,
+    batch_calibrators: bool = False,
+    wait: bool = False,
+    notify: Callable[[str], None] | None = None,
+) -> pd.DataFrame:
+    """Resolve ``request`` into its plan (:func:`~simcalib.plan.plan_benchmark`) and run it
+    (:func:`run_planned_benchmark`). ``batch_runs`` sets ``settings.batch_runs`` (the calibrators' view of a
+    run must read the same backbones)."""
+    if batch_runs != settings.batch_runs:
+        settings = dataclasses.replace(settings, batch_runs=batch_runs)
+    calibrators = [canonical_calibrator(c) for c in request.calibrators]
+    if not calibrators:
+        raise ConfigError("no calibrators given; choose from the registered names (see `simcalib benchmark --help`)")
+    options = {canonical_calibrator(name): value for name, value in request.calibrator_options.items()}
+    plan = plan_benchmark(request.dataset, request.backbone, request.splits, request.inits, request.folds,
+                          [(c, options.get(c), None) for c in calibrators], settings, out_dir)
+    return run_planned_benchmark(plan, save_predictions, progress, workers, resume_from, models_per_batch,
+                                 batch_calibrators, wait, notify)
+
+
+def run_planned_benchmark(
+    plan: BenchmarkPlan,
+    save_predictions: bool = False,
+    progress: Callable[[Iterable], Iterable] | None = None,
+    workers: int = 1,
+    resume_from: str | os.PathLike | None = None,
+    models_per_batch: int | None = None,
+    batch_calibrators: bool = False,
+    wait: bool = False,
+    notify: Callable[[str], None] | None = None,
+) -> pd.DataFrame:
+    """Run (or resume) the runs of ``plan``; rows go to ``plan.out_dir/results.csv`` as each run finishes.
+
+    ``workers`` > 1 runs that many runs at once in separate processes (one torch thread each). With
+    ``plan.settings.batch_runs`` the backbones of a split's runs are trained together
+    (:func:`~simcalib.protocol.train_split_backbones`; another random stream than the per-run trainer, hence
+    other backbones), with ``workers`` > 1 one split per process. ``batch_calibrators``: the calibrators that
+    :func:`~simcalib.protocol.fits_across_runs` are fitted on a split's runs together (the same models to
+    float rounding; a split's rows then arrive once all its backbones are there). ``resume_from``: a
+    results.csv (e.g. committed under reports/) whose rows of the planned runs are copied into
+    ``results.csv`` first, so those runs are not computed again.
+
+    The folder is held for this call (:func:`~simcalib.integrity.results_lock`; another writer: an error, or
+    with ``wait`` a wait, announced through ``notify``). Rows already in ``results.csv`` (and those copied by
+    ``resume_from``) must be of the plan's split and data definitions and hold no run twice; otherwise
+    nothing is added (:func:`~simcalib.results_store.check_results_file`)."""
+    if resume_from is not None:
+        check_resume_source(resume_from)
+    with results_lock(plan.out_dir, wait=wait, notify=notify):
+        return _run_planned_locked(plan, save_predictions, progress, workers, resume_from, models_per_batch,
+                                   batch_calibrators)
+
+
+def _run_planned_locked(plan: BenchmarkPlan, save_predictions, progress, workers, resume_from, models_per_batch,
+                        batch_calibrators) -> pd.DataFrame:
+    out_dir, settings, runs, calibrators = plan.out_dir, plan.settings, plan.runs, plan.calibrator_names
+    results_path = out_dir / "results.csv"
+    planned, definitions = plan.planned_runs(), plan.definitions()
+    check_results_file(results_path, planned, definitions)  # before anything is added
+    if resume_from is not None:
+        copy_finished_rows(Path(resume_from), results_path,
+                           {result_key(r.dataset, r.backbone, c, r.split, r.init, r.fold, seed)
+                            for r, seed in zip(runs, plan.seeds) for c in calibrators}, planned, definitions)
+    existing = read_results(results_path)
+    done = set(result_keys(existing))
+    predictions_dir = out_dir / "predictions" if save_predictions else None
+    jobs = []  # (run, calibrators still missing from results.csv)
+    for run, seed in zip(runs, plan.seeds):
+        todo = [c for c in calibrators
+                if result_key(run.dataset, run.backbone, c, run.split, run.init, run.fold, seed) not in done]
+        jobs.append((run, todo))
+    options = plan.calibrator_options
+    if settings.batch_runs or batch_calibrators:
+        rows_per_job = _batched_rows(jobs, settings, options, predictions_dir, workers, models_per_batch,
+                                     batch_calibrators)
+    elif workers > 1:
+        rows_per_job = _rows_in_processes(jobs, settings, options, predictions_dir, workers)
+    else:
+        rows_per_job = (_run_calibrators(run, settings, todo, options, predictions_dir) if todo else []
+                        for run, todo in jobs)
+    known = known_backbone_digests(existing)
+    other_backbone = []
+    with contextlib.closing(rows_per_job):  # an interruption stops the runs in flight
+        counted = Counted(rows_per_job, len(jobs))
+        for rows in progress(counted) if progress else counted:
+            append_rows(results_path, rows)  # the parent alone writes results.csv, each run as it finishes
+            if rows:
+                finished_run()  # the fault hook ($SIMCALIB_FAULT_KILL_AFTER)
+            other_backbone += [row for row in rows[:1] if known.get(run_key(row), {row["backbone_digest"]})
+                               - {row["backbone_digest"]}]
+    if other_backbone:
+        tags = ", ".join(f"s{r['split']} i{r['init']} f{r['fold']}" for r in other_backbone[:8])
+        warnings.warn(
+            f"{len(other_backbone)} run(s) of {plan.dataset} {plan.backbone} ({tags}"
+            f"{' ...' if len(other_backbone) > 8 else ''}) got another backbone than the earlier rows of the same "
+            f"run in {results_path} (backbone_digest differs: trained on another machine or code?); the report "
+            "does not pair such rows. To compare them, recompute the run's other calibrators here too (move their "
+            "rows out of results.csv and run the same command).", stacklevel=2)
+    results = read_results(results_path)
+    wanted = (results["calibrator"].isin(calibrators) & (results["dataset"] == plan.dataset)
+              & (results["backbone"] == plan.backbone))
+    return results[wanted].reset_index(drop=True)
+
+
+__all__ = ["BenchmarkRequest", "Counted", "in_processes", "run_benchmark", "run_planned_benchmark", "worker_init"]

@@ -1,28 +1,23 @@
-"""The 75-run protocol of one benchmark, as small functions with explicit inputs.
+"""The runs of the GATS protocol, as small functions with explicit inputs.
 
 A *run* is (dataset, backbone, split, init, fold): it trains a fresh backbone (cached on disk) and fits
 every calibrator on it. :func:`train_run_backbone` and :func:`evaluate_calibrator` are the units that
-orchestration (``flows/``) fans out; :func:`run_benchmark` chains them for the CLI, appending each run's
-rows to ``results.csv`` (:mod:`simcalib.results_store`) as soon as they exist, so an interrupted benchmark
-keeps what it computed and a restart skips it. With several workers the runs are computed in worker
-processes (:mod:`simcalib.executor`).
+orchestration (``flows/``) fans out and that :mod:`simcalib.executor` chains for one benchmark; what they
+run on (the settings, the runs, the calibrators' options) comes resolved from :mod:`simcalib.plan`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
 import os
 import time
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 from simcalib.backbones import (
@@ -48,42 +43,15 @@ from simcalib.calibrators.across_runs import fit_across_runs, generator_after_bu
 from simcalib.calibrators.signals import NodeSignals
 from simcalib.data import GraphData, get_spec, graph_digest, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
-from simcalib.executor import Counted, in_processes
 from simcalib.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
 from simcalib.homophily import local_homophily
 from simcalib.homophily import summarise as homophily_summary
 from simcalib.homophily import to_json as homophily_json
-from simcalib.integrity import (
-    BACKBONE_OPTIONS_COLUMN,
-    CALIBRATOR_DIGEST_COLUMN,
-    CALIBRATOR_OPTIONS_COLUMN,
-    finished_run,
-    results_lock,
-)
+from simcalib.integrity import BACKBONE_OPTIONS_COLUMN, CALIBRATOR_DIGEST_COLUMN, CALIBRATOR_OPTIONS_COLUMN
 from simcalib.metrics import compute_metrics
-from simcalib.results_store import (
-    AUDIT_COLUMNS,
-    append_rows,
-    check_results_file,
-    check_resume_source,
-    copy_finished_rows,
-    known_backbone_digests,
-    read_results,
-    result_key,
-    result_keys,
-    run_key,
-)
+from simcalib.results_store import AUDIT_COLUMNS
 from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
-from simcalib.splits import (
-    PAPER_PROTOCOL,
-    Split,
-    get_split,
-    protocol_name,
-    resolve_splits_dir,
-    split_digest,
-    split_source_label,
-    split_sources,
-)
+from simcalib.splits import Split, get_split, resolve_splits_dir, split_digest, split_source_label
 
 
 def backbone_digest(output: BackboneOutput) -> str:
@@ -218,61 +186,6 @@ def backbone_options(run: Run, settings: ProtocolSettings) -> str:
     if settings.batch_runs:
         changed.append(f"trainer={TRAINER}")
     return ";".join(changed) or "default"
-
-
-def describe_split_sources(dataset: str, splits: Iterable[int], settings: ProtocolSettings) -> str:
-    """One line saying where the splits of a benchmark come from: the fixed files and where they were found,
-    or generated and why (ConfigError when that is not allowed, as :func:`run_split_sources`)."""
-    splits = list(splits)
-    sources = run_split_sources(dataset, splits, settings)
-    fixed = [s for s in splits if sources[s] == "fixed"]
-    generated = [s for s in splits if sources[s] == "generated"]
-    parts = []
-    if fixed:
-        folder = settings.resolved_splits_dir()
-        parts.append(f"split(s) {','.join(map(str, fixed))} from the fixed GATS files in {folder} "
-                     f"({settings.splits_origin()})")
-    if generated:
-        if get_spec(dataset).external is not None:
-            why = f"a graph from another package, {get_spec(dataset).external}"
-        elif protocol_name(settings.fold_rate, settings.n_folds, settings.test_rate) != PAPER_PROTOCOL:
-            why = f"no published files for label rate {settings.label_rate:g}"
-        elif fixed:
-            why = "beyond the fixed files, allowed by --generated-splits"
-        else:
-            why = f"{settings.splits_origin()}; allowed by --generated-splits"
-        parts.append(f"split(s) {','.join(map(str, generated))} generated from seed {settings.study_seed} ({why})")
-    return f"{get_spec(dataset).name}: " + "; ".join(parts)
-
-
-def run_split_sources(dataset: str, splits: Iterable[int], settings: ProtocolSettings) -> dict[int, str]:
-    """Which of ``splits`` come from fixed files and which are generated (ConfigError if not allowed). A graph
-    from another package has no fixed files: at the paper's label rate, generated splits must be allowed."""
-    spec = get_spec(dataset)
-    if spec.external is not None and not settings.generated_splits and \
-            protocol_name(settings.fold_rate, settings.n_folds, settings.test_rate) == PAPER_PROTOCOL:
-        raise ConfigError(f"{spec.name} is a graph from another package ({spec.external}) and has no fixed GATS "
-                          "split files; run it on splits drawn from the study seed: runs.generated_splits: true in "
-                          "the study file, or --generated-splits")
-    return split_sources(spec.name, list(splits), _splits_dir(spec.name, settings), settings.fold_rate,
-                         settings.n_folds, settings.test_rate, settings.generated_splits)
-
-
-def planned_runs(runs: Sequence[Run], settings: ProtocolSettings) -> list[dict]:
-    """Each run's identity and definition (:func:`run_definition`), as :func:`~simcalib.integrity.check_append`
-    compares them with the rows of a results file."""
-    return [{"dataset": r.dataset, "backbone": r.backbone, "split": r.split, "init": r.init, "fold": r.fold,
-             "label_rate": settings.label_rate, "seed": r.seed(settings), **run_definition(r, settings)} for r in runs]
-
-
-def planned_definitions(dataset: str, backbone: str,
-                        calibrators: Iterable[tuple[str, dict | None]]) -> dict[tuple[str, str, str], str]:
-    """(dataset, backbone, calibrator) -> the calibrator digest its rows will carry, for each (name, options)
-    of ``calibrators`` (:func:`~simcalib.calibrators.calibrator_definition`), as
-    :func:`~simcalib.integrity.check_append` compares them with a results file's rows."""
-    dataset, backbone = get_spec(dataset).name, backbone_name(backbone)
-    return {(dataset, backbone, canonical_calibrator(name)):
-            calibrator_definition(name, dataset, backbone, **(options or {})).digest for name, options in calibrators}
 
 
 def backbone_config(run: Run, settings: ProtocolSettings) -> BackboneConfig:
@@ -472,196 +385,9 @@ def save_predictions(folder: Path, run: Run, calibrator: str, probs: np.ndarray,
     return path
 
 
-@dataclass
-class BenchmarkRequest:
-    dataset: str
-    backbone: str
-    calibrators: list[str]
-    splits: list[int] = field(default_factory=lambda: list(range(5)))
-    inits: list[int] = field(default_factory=lambda: list(range(5)))
-    folds: list[int] = field(default_factory=lambda: list(range(3)))
-    calibrator_options: dict[str, dict] = field(default_factory=dict)
-
-
-def _run_calibrators(run: Run, settings: ProtocolSettings, calibrators: Sequence[str], options: dict[str, dict],
-                     predictions_dir: Path | None) -> list[dict]:
-    """One run: its backbone (cached) and the result rows of ``calibrators`` on it."""
-    output = train_run_backbone(run, settings)
-    return [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir) for c in calibrators]
-
-
-def _split_groups(jobs: Sequence[tuple[Run, list[str]]]) -> list[list[tuple[Run, list[str]]]]:
-    """The jobs with work to do, grouped by split (the runs whose backbones train together), in job order."""
-    groups: dict[int, list] = {}
-    for run, todo in jobs:
-        if todo:
-            groups.setdefault(run.split, []).append((run, todo))
-    return list(groups.values())
-
-
-def _run_split_group(group: Sequence[tuple[Run, list[str]]], settings: ProtocolSettings, options: dict[str, dict],
-                     predictions_dir: Path | None, models_per_batch: int | None = None,
-                     batch_calibrators: bool = False) -> Iterator[list[dict]]:
-    """The runs of one split: their backbones (with ``settings.batch_runs`` trained together, else one at a
-    time; cached per run), then each run's calibrator rows, yielded run by run (so results.csv grows one run
-    at a time). With ``batch_calibrators`` every calibrator that :func:`fits_across_runs` is first fitted on
-    all the runs that need it at once; the rows are then yielded run by run all the same."""
-    runs = [run for run, _ in group]
-    if settings.batch_runs:
-        outputs = train_split_backbones(runs, settings, models_per_batch)
-    else:
-        outputs = [train_run_backbone(run, settings) for run in runs]
-    fitted: dict[tuple[int, str], FittedCalibrator] = {}  # (position in group, calibrator) -> fitted model
-    if batch_calibrators:
-        names = list(dict.fromkeys(c for _, todo in group for c in todo if fits_across_runs(c)))
-        for name in names:
-            positions = [p for p, (_, todo) in enumerate(group) if name in todo]
-            models = fit_calibrator_across_runs([runs[p] for p in positions], settings, name, options.get(name),
-                                                [outputs[p] for p in positions])
-            fitted.update({(p, name): model for p, model in zip(positions, models)})
-    for position, ((run, todo), output) in enumerate(zip(group, outputs)):
-        yield [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir, fitted.pop((position, c), None))
-               for c in todo]
-
-
-def _split_group_rows(group, settings, options, predictions_dir, models_per_batch=None,
-                      batch_calibrators=False) -> list[list[dict]]:
-    """:func:`_run_split_group` collected, for a worker process (which returns once)."""
-    return list(_run_split_group(group, settings, options, predictions_dir, models_per_batch, batch_calibrators))
-
-
-def _batched_rows(jobs, settings, options, predictions_dir, workers: int, models_per_batch: int | None,
-                  batch_calibrators: bool = False):
-    """Each job's rows (``[]`` for a job with nothing to do), the runs of a split together (their backbones
-    with ``settings.batch_runs``, their calibrators with ``batch_calibrators``); with ``workers`` > 1, one split
-    per worker process (one torch thread each)."""
-    groups = _split_groups(jobs)
-    for _ in range(len(jobs) - sum(len(g) for g in groups)):
-        yield []
-    if workers == 1:
-        for group in groups:
-            yield from _run_split_group(group, settings, options, predictions_dir, models_per_batch, batch_calibrators)
-        return
-    tasks = [(g, settings, options, predictions_dir, models_per_batch, batch_calibrators) for g in groups]
-    for rows_per_run in in_processes(_split_group_rows, tasks, workers):
-        yield from rows_per_run
-
-
-def _rows_in_processes(jobs, settings, options, predictions_dir, workers: int):
-    """Each job's result rows (``[]`` for a job with nothing to do), the runs computed in ``workers``
-    processes with one torch thread each (the layout that is fastest for small graphs on few cores, and the
-    same numbers as ``--threads 1``: the thread count is part of the backbone's identity), yielded as each
-    run finishes."""
-    pending = [(run, todo) for run, todo in jobs if todo]
-    for _ in range(len(jobs) - len(pending)):
-        yield []
-    yield from in_processes(_run_calibrators, [(run, settings, todo, options, predictions_dir)
-                                               for run, todo in pending], workers)
-
-
-def run_benchmark(
-    request: BenchmarkRequest,
-    settings: ProtocolSettings,
-    out_dir: str | os.PathLike,
-    save_predictions: bool = False,
-    progress: Callable[[Iterable], Iterable] | None = None,
-    workers: int = 1,
-    batch_runs: bool = False,
-    resume_from: str | os.PathLike | None = None,
-    models_per_batch: int | None = None,
-    batch_calibrators: bool = False,
-    wait: bool = False,
-    notify: Callable[[str], None] | None = None,
-) -> pd.DataFrame:
-    """Run (or resume) the protocol; rows go to ``out_dir/results.csv`` as each run finishes.
-
-    ``workers`` > 1 runs that many runs at once in separate processes (one torch thread each).
-    ``batch_runs``: the backbones of a split's runs are trained together (:func:`train_split_backbones`;
-    another random stream than the per-run trainer, hence other backbones), with ``workers`` > 1 one split
-    per process. ``batch_calibrators``: the calibrators that :func:`fits_across_runs` are fitted on a split's
-    runs together (the same models to float rounding; a split's rows then arrive once all its backbones are
-    there). ``resume_from``: a results.csv (e.g. committed under reports/) whose rows of the requested
-    runs are copied into ``out_dir/results.csv`` first, so those runs are not computed again.
-
-    The folder is held for this call (:func:`~simcalib.integrity.results_lock`; another writer: an error, or
-    with ``wait`` a wait, announced through ``notify``). Rows already in ``results.csv`` (and those copied by
-    ``resume_from``) must be of the runs' own split and data definition and hold no run twice; otherwise
-    nothing is added (:func:`~simcalib.results_store.check_results_file`)."""
-    if batch_runs != settings.batch_runs:  # the calibrators' view of a run must read the same backbones
-        settings = dataclasses.replace(settings, batch_runs=batch_runs)
-    calibrators = [canonical_calibrator(c) for c in request.calibrators]
-    if not calibrators:
-        raise ConfigError("no calibrators given; choose from the registered names (see `simcalib benchmark --help`)")
-    for name, value in (("splits", request.splits), ("inits", request.inits), ("folds", request.folds)):
-        if not value:
-            raise ConfigError(f"no {name} selected")
-    if any(f < 0 or f >= settings.n_folds for f in request.folds):
-        raise ConfigError(f"folds must be within 0..{settings.n_folds - 1}")
-    if resume_from is not None:
-        check_resume_source(resume_from)
-    out_dir = Path(out_dir)
-    with results_lock(out_dir, wait=wait, notify=notify):
-        return _run_benchmark_locked(request, settings, out_dir, calibrators, save_predictions, progress, workers,
-                                     batch_runs, resume_from, models_per_batch, batch_calibrators)
-
-
-def _run_benchmark_locked(request, settings, out_dir: Path, calibrators, save_predictions, progress, workers,
-                          batch_runs, resume_from, models_per_batch, batch_calibrators) -> pd.DataFrame:
-    results_path = out_dir / "results.csv"
-    runs = make_runs(request.dataset, request.backbone, request.splits, request.inits, request.folds)
-    load_graph(runs[0].dataset, settings)  # fail fast on missing data, before any progress bar
-    planned = planned_runs(runs, settings)
-    definitions = planned_definitions(runs[0].dataset, runs[0].backbone,
-                                      [(c, request.calibrator_options.get(c)) for c in calibrators])
-    check_results_file(results_path, planned, definitions)  # before anything is added
-    if resume_from is not None:
-        copy_finished_rows(Path(resume_from), results_path,
-                           {result_key(r.dataset, r.backbone, c, r.split, r.init, r.fold, r.seed(settings))
-                            for r in runs for c in calibrators}, planned, definitions)
-    existing = read_results(results_path)
-    done = set(result_keys(existing))
-    predictions_dir = out_dir / "predictions" if save_predictions else None
-    jobs = []  # (run, calibrators still missing from results.csv)
-    for run in runs:
-        todo = [c for c in calibrators
-                if result_key(run.dataset, run.backbone, c, run.split, run.init, run.fold, run.seed(settings)) not in done]
-        jobs.append((run, todo))
-    options = request.calibrator_options
-    if batch_runs or batch_calibrators:
-        rows_per_job = _batched_rows(jobs, settings, options, predictions_dir, workers, models_per_batch,
-                                     batch_calibrators)
-    elif workers > 1:
-        rows_per_job = _rows_in_processes(jobs, settings, options, predictions_dir, workers)
-    else:
-        rows_per_job = (_run_calibrators(run, settings, todo, options, predictions_dir) if todo else []
-                        for run, todo in jobs)
-    known = known_backbone_digests(existing)
-    other_backbone = []
-    with contextlib.closing(rows_per_job):  # an interruption stops the runs in flight
-        counted = Counted(rows_per_job, len(jobs))
-        for rows in progress(counted) if progress else counted:
-            append_rows(results_path, rows)  # the parent alone writes results.csv, each run as it finishes
-            if rows:
-                finished_run()  # the fault hook ($SIMCALIB_FAULT_KILL_AFTER)
-            other_backbone += [row for row in rows[:1] if known.get(run_key(row), {row["backbone_digest"]})
-                               - {row["backbone_digest"]}]
-    if other_backbone:
-        tags = ", ".join(f"s{r['split']} i{r['init']} f{r['fold']}" for r in other_backbone[:8])
-        warnings.warn(
-            f"{len(other_backbone)} run(s) of {runs[0].dataset} {runs[0].backbone} ({tags}"
-            f"{' ...' if len(other_backbone) > 8 else ''}) got another backbone than the earlier rows of the same "
-            f"run in {results_path} (backbone_digest differs: trained on another machine or code?); the report "
-            "does not pair such rows. To compare them, recompute the run's other calibrators here too (move their "
-            "rows out of results.csv and run the same command).", stacklevel=2)
-    results = read_results(results_path)
-    wanted = results["calibrator"].isin(calibrators) & (results["dataset"] == runs[0].dataset) & (results["backbone"] == runs[0].backbone)
-    return results[wanted].reset_index(drop=True)
-
-
 __all__ = [
-    "BenchmarkRequest", "FittedCalibrator", "ProtocolSettings", "Run", "backbone_config", "backbone_digest", "backbone_options",
-    "calibration_graph", "describe_split_sources", "evaluate_calibrator", "fit_calibrator",
-    "fit_calibrator_across_runs", "fits_across_runs", "load_graph", "make_runs", "nodes_local_homophily",
-    "one_class_backbone", "planned_definitions", "planned_runs", "run_benchmark", "run_definition", "run_split",
-    "run_split_sources", "save_predictions", "train_run_backbone", "train_split_backbones",
+    "FittedCalibrator", "ProtocolSettings", "Run", "backbone_config", "backbone_digest", "backbone_options",
+    "calibration_graph", "evaluate_calibrator", "fit_calibrator", "fit_calibrator_across_runs", "fits_across_runs",
+    "load_graph", "make_runs", "nodes_local_homophily", "one_class_backbone", "run_definition", "run_split",
+    "save_predictions", "train_run_backbone", "train_split_backbones",
 ]

@@ -201,7 +201,7 @@ def check_results_file(path: Path, planned: Sequence[dict],
     """The rows of the results file ``path`` when adding the runs ``planned`` (their identities and
     definitions, :func:`simcalib.protocol.planned_runs`) keeps it one protocol: no run twice, one digest per
     split and dataset, and none other than the runs' own, and (with ``definitions``, see
-    :func:`simcalib.protocol.planned_definitions`) each calibrator's rows of the definition it runs under now
+    :meth:`simcalib.plan.BenchmarkPlan.definitions`) each calibrator's rows of the definition it runs under now
     (else ConfigError / DataCorruptError naming the file, the run and what differs)."""
     existing = check_results(read_results(path), str(path))
     check_append(existing, planned, path,

@@ -3,17 +3,10 @@ import pandas as pd
 import pytest
 
 from simcalib.errors import ConfigError
+from simcalib.executor import BenchmarkRequest, run_benchmark
 from simcalib.integrity import BACKBONE_OPTIONS_COLUMN, DEFINITION_COLUMNS
 from simcalib.metrics import BINARY_METRIC_NAMES, ESTIMATOR_NAMES
-from simcalib.protocol import (
-    BenchmarkRequest,
-    ProtocolSettings,
-    Run,
-    evaluate_calibrator,
-    fit_calibrator,
-    make_runs,
-    run_benchmark,
-)
+from simcalib.protocol import ProtocolSettings, Run, evaluate_calibrator, fit_calibrator, make_runs
 from simcalib.results_store import (
     AUDIT_COLUMNS,
     LATER_COLUMNS,

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from simcalib.errors import ConfigError, DataMissingError
-from simcalib.study import load_study, plan_study
+from simcalib.plan import plan_benchmark, plan_study
+from simcalib.study import load_study
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 STUDY_DIR = PROJECT_ROOT / "study"
@@ -90,8 +91,9 @@ def test_tuned_options_are_read_per_benchmark_and_missing_ones_name_the_line(tmp
     with pytest.raises(ConfigError, match=r"study.yaml:7: calibrators.ts: no tuned hyperparameters for TS on Cora/GCN"):
         plan_study(study)
     save_tuned_params("Cora", "GCN", "TS", {"lr": 0.02}, folder=tmp_path / "tuned")
-    [plan] = plan_study(study)
-    assert plan.calibrators == [("UnCal", {}), ("TS", {"lr": 0.02}), ("VS", {"lr": 0.02})]
+    [plan] = plan_study(study).benchmarks
+    assert [(c.name, c.options_dict, c.tuned_from) for c in plan.calibrators] == [
+        ("UnCal", {}, None), ("TS", {"lr": 0.02}, "TS"), ("VS", {"lr": 0.02}, "TS")]
     assert len(plan.runs) == 4 and plan.out_dir == Path("out/t/Cora_GCN")
 
 
@@ -135,7 +137,7 @@ def test_a_list_of_label_rates_plans_every_benchmark_at_each_rate(tmp_path, mirr
     text = VALID.replace("label_rate: 0.15", "label_rate: [0.01, 0.15]") + f"data: {{mirror: {mirror_dir}}}\n"
     study = load_study(write(tmp_path, text))
     assert study.label_rates == [0.01, 0.15] and study.runs_per_benchmark() == 4
-    plans = plan_study(study)
+    plans = plan_study(study).benchmarks
     assert [(p.name, p.out_dir, round(p.settings.label_rate, 6)) for p in plans] == [
         ("Cora-GCN-rate0.01", Path("out/t/label_rate_0.01/Cora_GCN"), 0.01),
         ("Cora-GCN-rate0.15", Path("out/t/label_rate_0.15/Cora_GCN"), 0.15),
@@ -152,7 +154,7 @@ def test_splits_beyond_the_fixed_files_are_refused_before_work_unless_allowed(tm
     with pytest.raises(ConfigError, match=r"study.yaml:8: runs.splits: Cora: split\(s\) 5, 6 have no fixed split file"):
         plan_study(study)
     allowed = load_study(write(tmp_path, text.replace("splits: 7", "splits: 7, generated_splits: true")))
-    sources = plan_study(allowed)[0].split_sources
+    sources = plan_study(allowed).benchmarks[0].split_sources
     assert [s for s, source in sources.items() if source == "generated"] == [5, 6]
 
 
@@ -173,7 +175,6 @@ def test_the_heterophily_study_runs_every_calibrator_of_the_headline_on_generate
     assert [c.name for c in study.calibrators] == [c.name for c in offline.calibrators]
     assert study.spec.runs.generated_splits and study.spec.backbone == offline.spec.backbone
     # no fixed files for these graphs: every split is drawn from the study seed
-    from simcalib.protocol import run_split_sources
-
-    settings = study.settings()
-    assert set(run_split_sources("tolokers", study.splits, settings).values()) == {"generated"}
+    plan = plan_benchmark("tolokers", "GCN", study.splits, study.inits, study.folds, [], study.settings(), tmp_path,
+                          data=False)
+    assert set(plan.split_sources.values()) == {"generated"} and {e.file for e in plan.splits} == {None}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -89,16 +90,9 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.calibrators import CALIBRATORS, canonical_calibrator
     from simcalib.data import get_spec
     from simcalib.errors import ConfigError
+    from simcalib.executor import run_planned_benchmark
     from simcalib.integrity import results_lock
-    from simcalib.protocol import (
-        BenchmarkRequest,
-        describe_split_sources,
-        make_runs,
-        planned_definitions,
-        planned_runs,
-        run_benchmark,
-        run_split_sources,
-    )
+    from simcalib.plan import plan_benchmark
     from simcalib.results_store import check_results_file, check_resume_source, summarize
     from simcalib.splits import record_split_sources
     from simcalib.study import load_study, probe_external
@@ -134,27 +128,31 @@ def run(args: argparse.Namespace) -> int:
             options[c] = load_tuned_params(dataset, backbone, CALIBRATORS[c].tuned_from, tuned_dir)
     for c in calibrators:  # a calibrator from another package: fitted on a probe graph before any work
         probe_external(c, dataset, backbone, options.get(c) or {})
+    tuned_from = {c.name: c.tuned_from for c in study.calibrators} if study else {}
+    for c in calibrators:
+        tuned_from.setdefault(c, CALIBRATORS[c].tuned_from)
     fold_rate = 0.05 if args.label_rate is None else args.label_rate / 3
     settings = protocol_settings(args, fold_rate, study.spec.backbone if study else None)
+    settings = dataclasses.replace(settings, batch_runs=args.batch_runs)
     out = Path(args.out or f"results/{dataset}_{backbone}")
-    request = BenchmarkRequest(dataset, backbone, calibrators, args.splits, args.inits, args.folds,
-                               calibrator_options=options)
     if args.resume_from is not None:
         check_resume_source(args.resume_from)
-    sources = describe_split_sources(dataset, args.splits, settings)  # refuses a fixed/generated mix
+    # resolved once: splits (a fixed/generated mix is refused here), data, seeds, calibrator definitions
+    plan = plan_benchmark(dataset, backbone, args.splits, args.inits, args.folds,
+                          [(c, options.get(c), tuned_from.get(c)) for c in calibrators], settings, out)
+    sources = f"{dataset}: {plan.describe_splits()}"
     print(f"splits: {sources}", flush=True)
     progress = None if args.no_progress else (lambda runs: tqdm(runs, desc=f"{dataset}-{backbone}", unit="run"))
     notify = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     try:
         with sigterm_as_interrupt(), results_lock(out, wait=args.wait, notify=notify):
             # the folder's rows and splits.json must be of these runs' splits before anything is written
-            runs = make_runs(dataset, backbone, args.splits, args.inits, args.folds)
-            check_results_file(out / "results.csv", planned_runs(runs, settings),
-                               planned_definitions(dataset, backbone, [(c, options.get(c)) for c in calibrators]))
-            record_split_sources(out, run_split_sources(dataset, args.splits, settings))
-            results = run_benchmark(request, settings, out, save_predictions=args.save_predictions, progress=progress,
-                                    workers=args.workers, batch_runs=args.batch_runs, resume_from=args.resume_from,
-                                    models_per_batch=args.models_per_batch, batch_calibrators=args.batch_calibrators)
+            check_results_file(out / "results.csv", plan.planned_runs(), plan.definitions())
+            record_split_sources(out, plan.split_sources)
+            results = run_planned_benchmark(plan, save_predictions=args.save_predictions, progress=progress,
+                                            workers=args.workers, resume_from=args.resume_from,
+                                            models_per_batch=args.models_per_batch,
+                                            batch_calibrators=args.batch_calibrators)
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished runs are kept in {out / 'results.csv'}; the same command resumes", file=sys.stderr)
         return 130

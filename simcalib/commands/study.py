@@ -8,6 +8,7 @@ Interrupted (Ctrl-C, kill -9), the same command resumes: finished tasks come fro
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -28,9 +29,11 @@ def register(sub) -> None:
     run.add_argument("--verbose", action="store_true", help="also show Prefect's log line for every task run")
     run.set_defaults(func=run_study)
 
-    check = study_sub.add_parser("check", help="validate a study file and show what it would run (no work)")
+    check = study_sub.add_parser("check", help="validate a study file and print its plan: what it would run (no work)")
     check.add_argument("study_file")
-    check.add_argument("--data", action="store_true", help="also load every dataset and read tuned options")
+    check.add_argument("--data", action="store_true",
+                       help="also load every dataset and split file (their digests join the plan)")
+    check.add_argument("--json", metavar="FILE", help="also write the plan as JSON to FILE")
     add_override_options(check)
     check.set_defaults(func=check_study)
 
@@ -63,42 +66,37 @@ def overrides_from(args: argparse.Namespace) -> dict:
 
 
 def check_study(args: argparse.Namespace) -> int:
-    from simcalib.study import load_study, plan_study
+    from simcalib.plan import plan_study
+    from simcalib.study import load_study
 
     study = load_study(args.study_file, overrides_from(args))
-    print(f"study {study.name} ({study.source}): {study.spec.description}".rstrip(": "))
-    print(f"  benchmarks   {len(study.benchmarks())}: " + ", ".join(f"{d}/{b}" for d, b in study.benchmarks()))
-    print(f"  runs         {study.runs_per_benchmark()} per benchmark (splits {study.splits}, inits {study.inits}, "
-          f"folds {study.folds}; label rate {', '.join(f'{r:g}' for r in study.label_rates)}"
-          + (", each benchmark at every rate" if study.sweeps_label_rate else "") + ")")
-    print("  calibrators  " + ", ".join(c.name + (f" (tuned:{c.tuned_from})" if c.tuned_from else "")
-                                       for c in study.calibrators))
-    runs = len(study.benchmarks()) * len(study.label_rates) * study.runs_per_benchmark()
-    print(f"  tasks        {runs} pretrain + {runs * len(study.calibrators)} calibrate")
-    print(f"  runner       {study.spec.task_runner.kind} x {study.spec.task_runner.workers}")
-    print(f"  output       {study.output}\n  tracking     {study.tracking_uri} (experiment {study.experiment_name})")
-    if args.data:
-        plan_study(study)
-        tuned = [c.name for c in study.calibrators if c.tuned_from]
-        print("  data         every dataset loads" + (f"; tuned options found for {', '.join(tuned)}" if tuned else ""))
+    plan = plan_study(study, data=args.data)  # tuned options read; with --data every dataset and split loaded
+    if study.spec.description:
+        print(f"study {study.name}: {study.spec.description}")
+    print("\n".join(plan.lines()))
+    if args.json:
+        Path(args.json).write_text(json.dumps(plan.to_json(), indent=1) + "\n")
+        print(f"plan written to {args.json}")
     return 0
 
 
 def run_study(args: argparse.Namespace) -> int:
-    from simcalib.study import load_study, plan_study
+    from simcalib.plan import plan_study
+    from simcalib.study import load_study
 
     overrides = overrides_from(args)
     study = load_study(args.study_file, overrides)  # input errors end here: one line, exit 2
-    plan_study(study)
+    plan = plan_study(study)  # resolved once: the flow reads this plan
     if not args.verbose:
         for key, value in QUIET_TASK_LOGS.items():
             os.environ.setdefault(key, value)
     from flows.study import study_flow
 
     print(f"study {study.name}: {len(study.benchmarks())} benchmarks x {study.runs_per_benchmark()} runs x "
-          f"{len(study.calibrators)} calibrators on {study.spec.task_runner.kind}; output {study.output}", flush=True)
+          f"{len(study.calibrators)} calibrators on {study.spec.task_runner.kind}; output {study.output}; "
+          f"plan {plan.digest()}", flush=True)
     try:
-        result = study_flow(args.study_file, overrides or None)
+        result = study_flow(args.study_file, overrides or None, plan.to_json())
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished tasks are kept in {study.output / 'task-results'}; "
               f"run the same command to resume", file=sys.stderr)

@@ -226,7 +226,7 @@ def test_a_batch_runs_study_gives_the_numbers_of_the_batched_benchmark_and_not_t
     import torch
 
     from flows.study import study_flow
-    from simcalib.protocol import BenchmarkRequest, run_benchmark
+    from simcalib.executor import BenchmarkRequest, run_benchmark
     from simcalib.study import load_study
 
     path = study_env.write("batched", calibrators=["UnCal", "TS"],
