@@ -1,0 +1,41 @@
+"""The layers of ``simcalib`` (docs/architecture.md): a module imports only from its own layer or below.
+
+Read from the source (:func:`test_import_graph.import_graph`), module-level and function-local imports alike.
+"""
+
+from __future__ import annotations
+
+from test_import_graph import import_graph
+
+# bottom to top; a module belongs to the longest prefix that names it
+LAYERS = [
+    ("foundation", ["simcalib.errors", "simcalib.seeding", "simcalib.metrics", "simcalib.graph", "simcalib.similarity"]),
+    ("models", ["simcalib.data", "simcalib.backbones", "simcalib.calibrators", "simcalib.tuning.store"]),
+    ("store", ["simcalib.results_store", "simcalib.integrity"]),
+    ("analysis", ["simcalib.feature_signal", "simcalib.figure_bins", "simcalib.homophily", "simcalib.plots"]),
+    ("protocol", ["simcalib.study", "simcalib.plan", "simcalib.protocol", "simcalib.splits", "simcalib.executor"]),
+    ("tuning and report", ["simcalib.tuning", "simcalib.report"]),
+    ("commands", ["simcalib.commands", "simcalib.cli"]),
+]
+
+
+def layer_of(module: str) -> int | None:
+    best: tuple[int, int] | None = None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (index, len(prefix))
+    return None if best is None else best[0]
+
+
+def test_every_module_has_a_layer():
+    graph, _ = import_graph()
+    assert sorted(m for m in graph if m != "simcalib" and layer_of(m) is None) == []
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    graph, local = import_graph()
+    upward = sorted(f"{module} ({LAYERS[layer_of(module)][0]}) -> {target} ({LAYERS[layer_of(target)][0]})"
+                    for module in graph for target in graph[module] | local[module]
+                    if target in graph and target != "simcalib" and layer_of(target) > layer_of(module))
+    assert upward == []
