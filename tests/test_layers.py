@@ -13,7 +13,8 @@ LAYERS = [
     ("models", ["simcalib.data", "simcalib.backbones", "simcalib.calibrators", "simcalib.tuning.store"]),
     ("store", ["simcalib.results_store", "simcalib.integrity"]),
     ("analysis", ["simcalib.feature_signal", "simcalib.figure_bins", "simcalib.homophily", "simcalib.plots"]),
-    ("protocol", ["simcalib.study", "simcalib.plan", "simcalib.protocol", "simcalib.splits", "simcalib.executor"]),
+    ("protocol", ["simcalib.study", "simcalib.plan", "simcalib.protocol", "simcalib.splits", "simcalib.executor",
+                  "simcalib.data.needs"]),
     ("tuning and report", ["simcalib.tuning", "simcalib.report"]),
     ("commands", ["simcalib.commands", "simcalib.cli"]),
 ]
@@ -21,8 +22,8 @@ LAYERS = [
 
 def containers() -> set[str]:
     """``simcalib`` and the packages that only hold layered modules (their ``__init__`` imports nothing)."""
-    return {"simcalib"} | {prefix.rsplit(".", 1)[0] for _, prefixes in LAYERS for prefix in prefixes
-                           if prefix.count(".") > 1}
+    held = {prefix.rsplit(".", 1)[0] for _, prefixes in LAYERS for prefix in prefixes if prefix.count(".") > 1}
+    return {"simcalib"} | {package for package in held if layer_of(package) is None}
 
 
 def layer_of(module: str) -> int | None:
