@@ -9,7 +9,8 @@ from test_import_graph import import_graph
 
 # bottom to top; a module belongs to the longest prefix that names it
 LAYERS = [
-    ("foundation", ["simcalib.errors", "simcalib.seeding", "simcalib.metrics", "simcalib.graph", "simcalib.similarity"]),
+    ("foundation", ["simcalib.errors", "simcalib.seeding", "simcalib.metrics", "simcalib.graph", "simcalib.similarity",
+                    "simcalib.entry_points"]),
     ("models", ["simcalib.data", "simcalib.backbones", "simcalib.calibrators", "simcalib.tuning.store"]),
     ("store", ["simcalib.results_store", "simcalib.integrity"]),
     ("analysis", ["simcalib.feature_signal", "simcalib.figure_bins", "simcalib.homophily", "simcalib.plots"]),
