@@ -21,7 +21,8 @@ from simcalib.cli import main
 from simcalib.data import DATASETS, get_spec, load_dataset
 from simcalib.data.external import graph_from_data
 from simcalib.errors import ConfigError, UnknownNameError
-from simcalib.protocol import ProtocolSettings, run_split_sources
+from simcalib.plan import plan_benchmark
+from simcalib.protocol import ProtocolSettings
 
 MODULE = '''
 import torch
@@ -205,6 +206,10 @@ def test_an_entry_point_graph_loads_checked_and_made_undirected(fake_distributio
     assert (spec.name, spec.num_nodes, spec.num_classes, spec.backbone_weight_decay) == ("RingGraph", 60, 3, 0.0)
     assert graph.num_edges == 120  # the directed ring, both directions
     assert "plugin-dist 1.2.3" in graph.source
+
+
+def run_split_sources(dataset, splits, settings):
+    return plan_benchmark(dataset, "GCN", splits, [0], [0], [], settings, "out", data=False).split_sources
 
 
 def test_an_external_graph_runs_on_generated_splits_only(fake_distribution, tmp_path):
