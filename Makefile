@@ -67,7 +67,7 @@ lint: install
 
 # Mutation testing (mutmut; [tool.mutmut] in pyproject.toml, docs/mutation-testing.md), not in `make test`:
 # each mutant of the modules MUTANTS names is run against the tests that reach it. MUTANTS is a mutant-name glob
-# ("simcalib.metrics*", "simcalib.splits*"). Results are kept in mutants/ (git-ignored): rm -rf mutants for a fresh run.
+# ("simcalib.metrics*", "simcalib.experiment.splits*"). Results are kept in mutants/ (git-ignored): rm -rf mutants for a fresh run.
 MUTANTS ?= simcalib.metrics*
 MUTATION_JOBS ?= 2
 mutation: install

@@ -39,7 +39,13 @@ def _case(dataset: str, backbone: str, threads: int, epochs: int, mode: str, per
 
     from simcalib.backbones import train_backbone
     from simcalib.backbones.batched import train_backbones_batched
-    from simcalib.protocol import ProtocolSettings, backbone_config, load_graph, make_runs, run_split
+    from simcalib.experiment.protocol import (
+        ProtocolSettings,
+        backbone_config,
+        load_graph,
+        make_runs,
+        run_split,
+    )
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(threads)

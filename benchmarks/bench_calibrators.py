@@ -35,7 +35,7 @@ def _load() -> str:
 
 def _fit(run, settings, output, name: str, **options):
     """(seconds, fitted calibrator) of one fit, seeded as the protocol seeds it."""
-    from simcalib.protocol import fit_calibrator
+    from simcalib.experiment.protocol import fit_calibrator
 
     fitted = fit_calibrator(run, settings, name, options, output)
     return fitted.fit_seconds, fitted.model
@@ -44,7 +44,7 @@ def _fit(run, settings, output, name: str, **options):
 def physics_simcalib(threads: int) -> None:
     import torch
 
-    from simcalib.protocol import ProtocolSettings, Run, train_run_backbone
+    from simcalib.experiment.protocol import ProtocolSettings, Run, train_run_backbone
 
     torch.set_num_threads(threads)
     settings = ProtocolSettings()
@@ -70,7 +70,7 @@ def _cora_run(threads: int):
     """(run, settings, backbone output) of Cora GCN split 0, init 0, fold 0, with ``threads`` torch threads."""
     import torch
 
-    from simcalib.protocol import ProtocolSettings, Run, train_run_backbone
+    from simcalib.experiment.protocol import ProtocolSettings, Run, train_run_backbone
 
     torch.set_num_threads(threads)
     settings = ProtocolSettings()
@@ -85,7 +85,7 @@ def cora_grid_speed(threads: int, runs: int = 3, repeats: int = 3) -> None:
     benchmark) x ``repeats`` repetitions of the per-pair ratio."""
     import statistics
 
-    from simcalib.protocol import Run, train_run_backbone
+    from simcalib.experiment.protocol import Run, train_run_backbone
 
     if not 1 <= runs <= 75:  # before any backbone is trained
         raise SystemExit(f"--runs must be 1..75 (Cora GCN has 5 splits x 5 inits x 3 folds), got {runs}")

@@ -1,7 +1,7 @@
 """Calibrators fitted across the runs of a split vs one run at a time, printed as measurements.
 
 For each benchmark: the runs of one split (5 inits x 3 folds) on the cached per-run backbones; each stackable
-calibrator fitted run by run (``simcalib.protocol.fit_calibrator``, the study's path) and on all runs at once
+calibrator fitted run by run (``simcalib.experiment.protocol.fit_calibrator``, the study's path) and on all runs at once
 (``fit_calibrator_across_runs``, ``simcalib benchmark --batch-calibrators``), in one process, one torch thread,
 alternating the two paths per calibrator so that load changes hit both. Prints the fit seconds of both (summed
 over the runs), the speed-up, the largest test-ECE difference (points) between the two paths' models and how
@@ -32,7 +32,7 @@ STACKED = ["TS", "VS", "ETS", "CaGCN", "GATS"]
 
 
 def ece_on_test_nodes(fitted, labels) -> float:
-    """Test ECE (points) of a fitted calibrator (``simcalib.protocol.FittedCalibrator``)."""
+    """Test ECE (points) of a fitted calibrator (``simcalib.experiment.protocol.FittedCalibrator``)."""
     from simcalib.metrics import compute_metrics
 
     probs = fitted.model.predict_proba(fitted.graph).cpu()[fitted.test_idx]
@@ -49,7 +49,7 @@ def main() -> None:
 
     import torch
 
-    from simcalib.protocol import (
+    from simcalib.experiment.protocol import (
         ProtocolSettings,
         fit_calibrator,
         fit_calibrator_across_runs,

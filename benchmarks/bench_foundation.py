@@ -34,9 +34,9 @@ def _load() -> str:
 def time_cora_gcn(threads: int, workers: int) -> None:
     import torch
 
-    from simcalib.executor import BenchmarkRequest, run_benchmark
-    from simcalib.protocol import ProtocolSettings
-    from simcalib.results_store import summarize
+    from simcalib.experiment.executor import BenchmarkRequest, run_benchmark
+    from simcalib.experiment.protocol import ProtocolSettings
+    from simcalib.store.results_store import summarize
 
     torch.set_num_threads(1 if workers > 1 else threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -59,7 +59,7 @@ def _train_physics_gat(epochs: int, queue) -> None:
     import torch
 
     from simcalib.backbones import BackboneConfig, train_backbone
-    from simcalib.protocol import ProtocolSettings, Run, load_graph, run_split
+    from simcalib.experiment.protocol import ProtocolSettings, Run, load_graph, run_split
 
     warnings.filterwarnings("ignore")
     settings = ProtocolSettings()

@@ -47,8 +47,8 @@ def _load() -> list[float]:
 def _measure(study_path: str, dataset: str, backbone: str, batch_runs: bool, queue) -> None:
     import torch
 
-    from simcalib.protocol import Run, evaluate_calibrator, train_run_backbone
-    from simcalib.study import load_study, plan_study
+    from simcalib.experiment.protocol import Run, evaluate_calibrator, train_run_backbone
+    from simcalib.experiment.study import load_study, plan_study
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -59,7 +59,7 @@ def _measure(study_path: str, dataset: str, backbone: str, batch_runs: bool, que
         run = Run(plan.dataset, plan.backbone, 0, 0, 0)
         start = time.perf_counter()
         if batch_runs:
-            from simcalib.protocol import train_split_backbones
+            from simcalib.experiment.protocol import train_split_backbones
 
             runs = [Run(plan.dataset, plan.backbone, 0, i, f) for i in range(5) for f in range(3)]
             output = train_split_backbones(runs, settings)[0]
@@ -138,7 +138,7 @@ def main() -> None:
     out = Path(args.out)
     rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.is_file() else []
     if not args.table:
-        from simcalib.study import load_study
+        from simcalib.experiment.study import load_study
 
         study = load_study(args.study)
         wanted = ([tuple(b.split(":")) for b in args.benchmarks.split(",")] if args.benchmarks

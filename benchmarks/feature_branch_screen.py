@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from feature_branch_trace import parse_variant
 
-from simcalib.feature_signal import per_class_halves
+from simcalib.analysis.feature_signal import per_class_halves
+from simcalib.experiment.protocol import ProtocolSettings, _built_calibrator, make_runs, train_run_backbone
 from simcalib.metrics import ece
-from simcalib.protocol import ProtocolSettings, _built_calibrator, make_runs, train_run_backbone
 
 
 def crossfit(run, settings, name: str, options: dict) -> dict:

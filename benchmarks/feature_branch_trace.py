@@ -18,7 +18,13 @@ import argparse
 import torch
 import yaml
 
-from simcalib.protocol import ProtocolSettings, Run, _built_calibrator, make_runs, train_run_backbone
+from simcalib.experiment.protocol import (
+    ProtocolSettings,
+    Run,
+    _built_calibrator,
+    make_runs,
+    train_run_backbone,
+)
 
 
 def parse_variant(text: str) -> tuple[str, dict]:

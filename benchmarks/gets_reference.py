@@ -44,14 +44,14 @@ from torch import nn
 from simcalib.backbones.sparse import SparseOperand
 from simcalib.calibrators.gets import GETS_CONFIGS
 from simcalib.calibrators.layers import edges_with_self_loops
-from simcalib.metrics import accuracy, degree_ece, ece, nll, signed_ce
-from simcalib.protocol import (
+from simcalib.experiment.protocol import (
     ProtocolSettings,
     calibration_graph,
     fit_calibrator,
     make_runs,
     train_run_backbone,
 )
+from simcalib.metrics import accuracy, degree_ece, ece, nll, signed_ce
 
 CODE_CONFIG_NAMES = {"Cora": "cora", "Citeseer": "citeseer", "Computers": "computers", "Photo": "photo",
                      "CS": "cs", "Physics": "physics"}
@@ -203,7 +203,7 @@ def code_rows(CaGCN_GETS, repo: Path, run, settings, output, seeds) -> list[dict
 
 
 def load_labels(run, settings) -> np.ndarray:
-    from simcalib.protocol import load_graph  # noqa: PLC0415
+    from simcalib.experiment.protocol import load_graph  # noqa: PLC0415
 
     return load_graph(run.dataset, settings).y.numpy()
 

@@ -111,7 +111,7 @@ def compare_rows(cpu: list[dict], gpu: list[dict], accuracy_preserving: dict[str
 
 def _quick_run():
     """(run, settings, calibrators) of the quick study's first benchmark's first run."""
-    from simcalib.study import load_study, plan_study
+    from simcalib.experiment.study import load_study, plan_study
 
     plan = plan_study(load_study(QUICK_STUDY))[0]
     return plan.runs[0], plan.settings, plan.calibrators
@@ -122,7 +122,7 @@ def check_calibration(lines: list[str], device: str = "cuda") -> list[str]:
     import tempfile
 
     from simcalib.calibrators import CALIBRATORS
-    from simcalib.protocol import evaluate_calibrator, train_run_backbone
+    from simcalib.experiment.protocol import evaluate_calibrator, train_run_backbone
 
     run, settings, calibrators = _quick_run()
     with tempfile.TemporaryDirectory() as cache:
@@ -145,7 +145,7 @@ def check_training(lines: list[str], device: str = "cuda") -> list[str]:
     import dataclasses
     import tempfile
 
-    from simcalib.protocol import evaluate_calibrator, train_run_backbone
+    from simcalib.experiment.protocol import evaluate_calibrator, train_run_backbone
 
     run, settings, _ = _quick_run()
     rows = {}

@@ -1,8 +1,8 @@
 """Cost of the ``homophily_bins`` column of a results row on a large graph.
 
-Times (median of ``--repeats``) the local homophily of every node (:func:`simcalib.homophily.local_homophily`,
+Times (median of ``--repeats``) the local homophily of every node (:func:`simcalib.analysis.homophily.local_homophily`,
 once per loaded graph in the study) and the per-row summary of the test nodes
-(:func:`simcalib.homophily.summarise` + JSON), against the metrics every row already computes
+(:func:`simcalib.analysis.homophily.summarise` + JSON), against the metrics every row already computes
 (:func:`simcalib.metrics.compute_metrics`) on the same test probabilities (random Dirichlet rows: the cost does
 not depend on their values). Test nodes: 85% of the nodes, as in the GATS protocol.
 
@@ -18,9 +18,9 @@ import time
 import numpy as np
 import torch
 
+from simcalib.analysis.homophily import local_homophily, summarise, to_json
 from simcalib.data import load_dataset
 from simcalib.graph import in_degree
-from simcalib.homophily import local_homophily, summarise, to_json
 from simcalib.metrics import compute_metrics
 
 

@@ -61,7 +61,7 @@ def backbone_costs(cache: Path, dataset: str, backbone: str, digests: set[str]) 
     train on fewer labels): where any cached backbone's logits digest is among ``digests`` (the study's rows),
     only those count; ``matched`` says which rule applied.
     """
-    from simcalib.protocol import backbone_digest
+    from simcalib.experiment.protocol import backbone_digest
 
     rows = []
     for path in sorted((cache / "backbones" / dataset / backbone).glob("*.pt")):
@@ -97,7 +97,7 @@ def main() -> int:
                         help="outputs of bench_calibrators_across_runs.py: the 'after' (--batch-calibrators) columns")
     args = parser.parse_args()
 
-    from simcalib.study import load_study
+    from simcalib.experiment.study import load_study
 
     study = load_study(args.study)
     names = [c.name for c in study.calibrators]

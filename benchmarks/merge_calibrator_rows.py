@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simcalib.integrity import check_results
-from simcalib.results_store import RESULT_COLUMNS, read_results, rewrite_results
+from simcalib.store.integrity import check_results
+from simcalib.store.results_store import RESULT_COLUMNS, read_results, rewrite_results
 
 committed_path = Path(sys.argv[1])
 committed = read_results(committed_path)

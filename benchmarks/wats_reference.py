@@ -107,7 +107,7 @@ def reference_version(ref) -> tuple[str, int, float]:
 
 def compare_features(ref, datasets: list[str]) -> list[dict]:
     from simcalib.calibrators.wats import wavelet_features
-    from simcalib.protocol import ProtocolSettings, load_graph
+    from simcalib.experiment.protocol import ProtocolSettings, load_graph
 
     kernel, order, scale = reference_version(ref)
     rows = []
@@ -161,8 +161,14 @@ def fit_ours(graph, dataset: str, seed: int) -> torch.Tensor:
 def compare_fits(ref, runs: int, seeds: list[int]) -> list[dict]:
     from simcalib.calibrators import CalibrationGraph
     from simcalib.calibrators.wats import WATS
+    from simcalib.experiment.protocol import (
+        ProtocolSettings,
+        load_graph,
+        make_runs,
+        run_split,
+        train_run_backbone,
+    )
     from simcalib.metrics import compute_metrics
-    from simcalib.protocol import ProtocolSettings, load_graph, make_runs, run_split, train_run_backbone
 
     settings = ProtocolSettings()
     dataset = "Cora"

@@ -25,13 +25,13 @@ import torch
 import torch_geometric
 
 import simcalib
-from simcalib.protocol import ProtocolSettings, Run
-from simcalib.splits import find_split_file, protocol_name
+from simcalib.experiment.protocol import ProtocolSettings, Run
+from simcalib.experiment.splits import find_split_file, protocol_name
 
 # Library modules (and packages) that only read, report or resolve configuration: editing them does not change
 # any number.
-_NOT_NUMERIC = ("simcalib.commands", "simcalib.report", "simcalib.tuning", "simcalib.cli", "simcalib.plots",
-                "simcalib.study", "simcalib.plan", "simcalib.errors", "simcalib.integrity")
+_NOT_NUMERIC = ("simcalib.commands", "simcalib.report", "simcalib.tuning", "simcalib.cli", "simcalib.analysis.plots",
+                "simcalib.experiment.study", "simcalib.experiment.plan", "simcalib.errors", "simcalib.store.integrity")
 KEY_VERSION = 1  # bump when the meaning of a task's result changes
 
 

@@ -33,9 +33,9 @@ from optuna.trial import TrialState
 
 from simcalib.calibrators import canonical_calibrator
 from simcalib.errors import ConfigError, TrainingDivergedError
-from simcalib.protocol import ProtocolSettings, Run, make_runs
+from simcalib.experiment.protocol import ProtocolSettings, Run, make_runs
+from simcalib.experiment.study import DEFAULT_TRACKING_URI  # one MLflow store for studies and searches
 from simcalib.seeding import STUDY_SEED, derive_seed
-from simcalib.study import DEFAULT_TRACKING_URI  # one MLflow store for studies and searches
 from simcalib.tuning import (
     DEFAULT_SPACE,
     CalibrationObjective,
@@ -234,7 +234,7 @@ def mlflow_callback(request: SearchRequest, name: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return MLflowCallback(tracking_uri=uri, metric_name=request.objective.metric, create_experiment=True,
-                              mlflow_kwargs={"tags": {"simcalib.kind": "tuning", "simcalib.study": name}})
+                              mlflow_kwargs={"tags": {"simcalib.kind": "tuning", "simcalib.experiment.study": name}})
 
 
 def make_objective(request: SearchRequest, space: SearchSpace, evaluator: CalibrationObjective,

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
 from simcalib.errors import ConfigError
-from simcalib.study import TaskRunnerSpec
+from simcalib.experiment.study import TaskRunnerSpec
 
 KINDS = ("threads", "processes", "dask")
 

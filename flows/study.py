@@ -18,7 +18,7 @@ reuses every finished task and ends with the same numbers. The tasks are plain f
 (``pretrain.fn(...)``) and can be tested without Prefect.
 
 The flow holds the study's output folder for its whole run, and each benchmark folder while writing it
-(:func:`simcalib.integrity.results_lock`): a second study (or a ``simcalib benchmark``) on the same folder
+(:func:`simcalib.store.integrity.results_lock`): a second study (or a ``simcalib benchmark``) on the same folder
 fails with a line naming the holder. ``aggregate`` refuses to replace a ``results.csv`` whose rows were
 computed on another split or graph definition, and ``splits.json`` is never rewritten with another source.
 It prints at start where each benchmark's splits come from. ``$SIMCALIB_FAULT_KILL_AFTER=N`` kills the flow's
@@ -40,9 +40,8 @@ from prefect.futures import as_completed
 from flows.caching import calibrate_across_runs_cache_key_fn, calibrate_cache_key_fn, pretrain_cache_key_fn
 from flows.runners import make_task_runner, shared_api_server
 from simcalib.errors import SimCalibError
-from simcalib.integrity import check_append, check_results, finished_run, results_lock
-from simcalib.plan import BenchmarkPlan, StudyPlan, plan_study
-from simcalib.protocol import (
+from simcalib.experiment.plan import BenchmarkPlan, StudyPlan, plan_study
+from simcalib.experiment.protocol import (
     ProtocolSettings,
     Run,
     evaluate_calibrator,
@@ -51,9 +50,10 @@ from simcalib.protocol import (
     train_run_backbone,
     train_split_backbones,
 )
-from simcalib.results_store import append_rows, check_results_file, read_results, summarize
-from simcalib.splits import check_split_sources
-from simcalib.study import TaskRunnerSpec, load_study
+from simcalib.experiment.splits import check_split_sources
+from simcalib.experiment.study import TaskRunnerSpec, load_study
+from simcalib.store.integrity import check_append, check_results, finished_run, results_lock
+from simcalib.store.results_store import append_rows, check_results_file, read_results, summarize
 
 TASK_RESULTS = "task-results"  # under the study's output folder
 PAPER_DIR_ENV = "SIMCALIB_PAPER_DIR"
@@ -203,7 +203,7 @@ def _runner_spec(execution) -> TaskRunnerSpec:
 @flow(name="study", log_prints=True)
 def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = None, plan: dict | None = None) -> dict:
     """Run the study described by ``study_file`` (``overrides``: nested keys that win over the file).
-    ``plan``: the study already resolved (:meth:`~simcalib.plan.StudyPlan.to_json`, as ``simcalib study run``
+    ``plan``: the study already resolved (:meth:`~simcalib.experiment.plan.StudyPlan.to_json`, as ``simcalib study run``
     passes it); else the file is resolved here, once, before the task runner (a Dask cluster, processes) starts."""
     study_plan = StudyPlan.from_json(plan) if plan is not None else plan_study(load_study(study_file, overrides))
     execution = study_plan.execution
@@ -224,7 +224,7 @@ def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = No
 
 @flow(name="run-study", log_prints=True)
 def run_study(plan: dict) -> dict:
-    """The fan-out of a resolved study (:meth:`~simcalib.plan.StudyPlan.to_json`, recorded as this flow run's
+    """The fan-out of a resolved study (:meth:`~simcalib.experiment.plan.StudyPlan.to_json`, recorded as this flow run's
     parameter) on the task runner this flow was given."""
     logger = get_run_logger()
     study = StudyPlan.from_json(plan)
@@ -342,7 +342,7 @@ def _finish_benchmark(study: StudyPlan, plan: BenchmarkPlan, rows: list[dict], b
                       tracker, logger) -> dict:
     """Aggregate one benchmark, then log it to MLflow from this (the flow's) process."""
     from flows.tracking import BenchmarkRecord, calibrator_hyperparameters, git_commit, package_versions
-    from simcalib.splits import record_split_sources
+    from simcalib.experiment.splits import record_split_sources
 
     with results_lock(plan.out_dir, command=f"simcalib study run {study.source}"):
         check_benchmark_rows(rows, plan.out_dir / "results.csv")  # before splits.json or results.csv change

@@ -27,8 +27,8 @@ import yaml
 
 from flows.tracking import TAG_BENCHMARK, TAG_CONTENT, TAG_ROLE, TAG_STUDY, BenchmarkRecord, StudyTracker
 from simcalib.errors import ConfigError
-from simcalib.integrity import CALIBRATOR_OPTIONS_COLUMN, check_results
-from simcalib.results_store import read_results, summarize
+from simcalib.store.integrity import CALIBRATOR_OPTIONS_COLUMN, check_results
+from simcalib.store.results_store import read_results, summarize
 
 REPORT_PARTS = ("report.md", "report.html", "summary.md", "README.md", "provenance.yaml", "figures", "tables",
                 "significance")

@@ -45,7 +45,7 @@ from mlflow.tracking import MlflowClient
 
 from simcalib.metrics import METRIC_NAMES
 
-TAG_STUDY = "simcalib.study"
+TAG_STUDY = "simcalib.experiment.study"
 TAG_BENCHMARK = "simcalib.benchmark"
 TAG_ROLE = "simcalib.role"
 TAG_CONTENT = "simcalib.content_hash"
@@ -134,7 +134,7 @@ class BenchmarkRecord:
     dataset: str
     backbone: str
     results: pd.DataFrame  # RESULT_COLUMNS rows of this benchmark
-    summary: pd.DataFrame  # simcalib.results_store.summarize(results)
+    summary: pd.DataFrame  # simcalib.store.results_store.summarize(results)
     params: dict  # benchmark-level parameters
     calibrator_params: dict[str, dict]  # calibrator -> hyperparameters
     backbone_metrics: dict[str, float] = field(default_factory=dict)
@@ -250,8 +250,8 @@ class StudyTracker:
         """Reliability diagram of every run's test predictions of ``calibrator`` pooled, as a PNG file, from the
         same binned runs as the report's figures (saved predictions, else the rows' ``figure_bins``); None when
         there are neither."""
-        from simcalib.figure_bins import pool
-        from simcalib.plots import reliability_diagram_from_bins
+        from simcalib.analysis.figure_bins import pool
+        from simcalib.analysis.plots import reliability_diagram_from_bins
         from simcalib.report.figures import figure_bins_frame
         from simcalib.report.results import index_predictions
 

@@ -24,7 +24,7 @@ from simcalib.backbones import backbone_name
 from simcalib.calibrators import canonical_calibrator
 from simcalib.data import get_spec
 from simcalib.errors import ConfigError
-from simcalib.protocol import ProtocolSettings, make_runs, train_run_backbone
+from simcalib.experiment.protocol import ProtocolSettings, make_runs, train_run_backbone
 from simcalib.seeding import STUDY_SEED
 from simcalib.tuning import DEFAULT_SPACE, ObjectiveSettings
 

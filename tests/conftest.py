@@ -80,7 +80,7 @@ def tiny_protocol(tmp_path_factory, mirror_dir, splits_dir):
     """Protocol settings for fast real-data checks: Cora with the fixed splits, backbones capped at 20
     epochs and cached in a pytest-session folder (shared by the tests that use it). Single-threaded torch: on
     small graphs and shared cores, a second intra-op thread makes each step many times slower."""
-    from simcalib.protocol import ProtocolSettings
+    from simcalib.experiment.protocol import ProtocolSettings
 
     torch.set_num_threads(1)
 

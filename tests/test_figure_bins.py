@@ -1,11 +1,11 @@
-"""simcalib.figure_bins: what the figures keep of one run's test predictions, checked against direct computations."""
+"""simcalib.analysis.figure_bins: what the figures keep of one run's test predictions, checked against direct computations."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from simcalib.figure_bins import HIST_BINS, from_json, pool, summarise, to_json
+from simcalib.analysis.figure_bins import HIST_BINS, from_json, pool, summarise, to_json
 from simcalib.metrics import ece, reliability_bins
 
 

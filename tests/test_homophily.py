@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from simcalib import homophily, metrics
+from simcalib import metrics
+from simcalib.analysis import homophily
 from simcalib.calibrators import CalibrationGraph, build_calibrator
-from simcalib.protocol import (
+from simcalib.experiment.protocol import (
     ProtocolSettings,
     Run,
     calibration_graph,
@@ -113,7 +114,7 @@ def test_graph_calibrators_fit_the_same_model_with_the_test_labels_hidden_or_giv
 
 def test_binary_graph_rows_carry_roc_auc_positive_ece_and_the_one_class_flag(hetero_settings, tmp_path):
     from simcalib.report.results import load_study_results
-    from simcalib.results_store import append_rows
+    from simcalib.store.results_store import append_rows
 
     run = Run("minesweeper", "GCN", 0, 0, 0)
     row = evaluate_calibrator(run, hetero_settings, "UnCal")
@@ -136,7 +137,7 @@ def test_binary_graph_rows_carry_roc_auc_positive_ece_and_the_one_class_flag(het
 
 def test_one_class_flag_is_set_for_a_backbone_that_predicts_the_majority_class_only():
     from simcalib.backbones import BackboneOutput
-    from simcalib.protocol import one_class_backbone
+    from simcalib.experiment.protocol import one_class_backbone
 
     logits = torch.tensor([[2.0, -1.0], [1.5, 0.0], [0.1, 0.0], [-1.0, 3.0]])
     output = BackboneOutput(logits, torch.zeros(4, 2), 1.0, 0.0, 0, 1, 0.0)

@@ -68,7 +68,7 @@ def import_without_orchestration(modules: list[str]) -> dict:
 
 def test_library_modules_are_found():
     modules = library_modules()
-    assert {"simcalib", "simcalib.protocol", "simcalib.calibrators", "simcalib.report"} <= set(modules)
+    assert {"simcalib", "simcalib.experiment.protocol", "simcalib.calibrators", "simcalib.report"} <= set(modules)
     assert not [m for m in modules if m.startswith("simcalib.commands") or m == "simcalib.cli"]
 
 

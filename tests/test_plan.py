@@ -8,9 +8,9 @@ import json
 import pytest
 
 from simcalib.errors import ConfigError
-from simcalib.plan import BenchmarkPlan, StudyPlan, plan_benchmark, plan_study
-from simcalib.protocol import ProtocolSettings, run_definition, run_split
-from simcalib.study import study_from_dict
+from simcalib.experiment.plan import BenchmarkPlan, StudyPlan, plan_benchmark, plan_study
+from simcalib.experiment.protocol import ProtocolSettings, run_definition, run_split
+from simcalib.experiment.study import study_from_dict
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from simcalib.cli import main
 from simcalib.data import DATASETS, get_spec, load_dataset
 from simcalib.data.external import graph_from_data
 from simcalib.errors import ConfigError, UnknownNameError
-from simcalib.plan import plan_benchmark
-from simcalib.protocol import ProtocolSettings
+from simcalib.experiment.plan import plan_benchmark
+from simcalib.experiment.protocol import ProtocolSettings
 
 MODULE = '''
 import torch

@@ -3,11 +3,11 @@ import pandas as pd
 import pytest
 
 from simcalib.errors import ConfigError
-from simcalib.executor import BenchmarkRequest, run_benchmark
-from simcalib.integrity import BACKBONE_OPTIONS_COLUMN, DEFINITION_COLUMNS
+from simcalib.experiment.executor import BenchmarkRequest, run_benchmark
+from simcalib.experiment.protocol import ProtocolSettings, Run, evaluate_calibrator, fit_calibrator, make_runs
 from simcalib.metrics import BINARY_METRIC_NAMES, ESTIMATOR_NAMES
-from simcalib.protocol import ProtocolSettings, Run, evaluate_calibrator, fit_calibrator, make_runs
-from simcalib.results_store import (
+from simcalib.store.integrity import BACKBONE_OPTIONS_COLUMN, DEFINITION_COLUMNS
+from simcalib.store.results_store import (
     AUDIT_COLUMNS,
     LATER_COLUMNS,
     RESULT_COLUMNS,
@@ -61,9 +61,9 @@ def test_fit_calibrator_fits_the_model_whose_numbers_evaluate_calibrator_reports
 
     import torch
 
+    from simcalib.experiment.protocol import load_graph
     from simcalib.graph import in_degree
     from simcalib.metrics import ESTIMATOR_NAMES, compute_metrics
-    from simcalib.protocol import load_graph
 
     run = Run("Cora", "GCN", 0, 0, 1)
     options = {"max_epochs": 30, "patience": 5}
@@ -130,7 +130,7 @@ def test_simcalib_rows_carry_the_chosen_grid_point_and_temperatures(settings):
 def test_rows_of_the_figures_calibrators_carry_their_binned_test_predictions(settings, tmp_path):
     import numpy as np
 
-    from simcalib.figure_bins import from_json
+    from simcalib.analysis.figure_bins import from_json
     from simcalib.report.results import load_predictions
 
     run, out = Run("Cora", "GCN", 0, 0, 0), tmp_path / "predictions"
@@ -145,7 +145,7 @@ def test_rows_of_the_figures_calibrators_carry_their_binned_test_predictions(set
 
 
 def test_simcalib_figure_data_carries_its_feature_temperature_per_distance_group(settings):
-    from simcalib.figure_bins import from_json
+    from simcalib.analysis.figure_bins import from_json
 
     row = evaluate_calibrator(Run("Cora", "GCN", 0, 0, 0), settings, "SimCalib", {"max_epochs": 20, "patience": 5})
     bins = from_json(row["figure_bins"])
@@ -193,7 +193,7 @@ def test_saved_predictions_carry_the_feature_distance_the_similarity_figure_grou
     import numpy as np
     import torch
 
-    from simcalib.protocol import calibration_graph, train_run_backbone
+    from simcalib.experiment.protocol import calibration_graph, train_run_backbone
     from simcalib.report.figures import (
         feature_similarity_figure,
         figure_bins_frame,
@@ -366,8 +366,8 @@ def test_rows_name_the_backbone_settings_and_a_results_file_never_mixes_attentio
     import dataclasses
 
     from simcalib.errors import DataCorruptError
-    from simcalib.integrity import check_results
-    from simcalib.protocol import backbone_options
+    from simcalib.experiment.protocol import backbone_options
+    from simcalib.store.integrity import check_results
 
     assert backbone_options(Run("Cora", "GAT", 0, 0, 0), ProtocolSettings()) == "default"
     batched = ProtocolSettings(batch_runs=True, backbone_overrides=(("attention", "pyg"),))
@@ -420,7 +420,7 @@ def test_a_cut_off_last_results_line_is_set_aside_and_its_run_computed_again(set
 
 HOLD_LOCK = """
 import sys, time
-from simcalib.integrity import results_lock
+from simcalib.store.integrity import results_lock
 with results_lock(sys.argv[1], command="holder"):
     print("held", flush=True)
     time.sleep(600)
@@ -440,7 +440,7 @@ def test_one_writer_per_folder_a_second_is_refused_or_waits_and_a_dead_writers_l
     import signal
     import threading
 
-    from simcalib.integrity import ResultsLockedError
+    from simcalib.store.integrity import ResultsLockedError
 
     request = BenchmarkRequest("cora", "GCN", ["uncal"], splits=[0], inits=[0], folds=[0])
     out = tmp_path / "out"
@@ -471,8 +471,8 @@ def test_an_unwritable_or_full_output_folder_fails_in_one_line_and_keeps_what_wa
     import errno
     import os
 
-    import simcalib.results_store as results_store
-    from simcalib.integrity import LOCK_NAME, ResultsWriteError
+    import simcalib.store.results_store as results_store
+    from simcalib.store.integrity import LOCK_NAME, ResultsWriteError
 
     real_open = os.open
 
@@ -509,7 +509,7 @@ def test_rows_name_their_calibrator_definition_and_a_file_never_mixes_two(settin
 
     from simcalib.calibrators import calibrator_definition
     from simcalib.errors import DataCorruptError
-    from simcalib.integrity import CALIBRATOR_DIGEST_COLUMN, CALIBRATOR_OPTIONS_COLUMN, check_results
+    from simcalib.store.integrity import CALIBRATOR_DIGEST_COLUMN, CALIBRATOR_OPTIONS_COLUMN, check_results
 
     request = BenchmarkRequest("cora", "GCN", ["ts", "gats"], splits=[0], inits=[0], folds=[0])
     out = tmp_path / "out"

@@ -12,10 +12,16 @@ import pytest
 import torch
 from synthetic_graphs import make_sbm_graph
 
-from simcalib import protocol
 from simcalib.calibrators import calibrator_names
-from simcalib.protocol import ProtocolSettings, Run, evaluate_calibrator, fit_calibrator, train_run_backbone
-from simcalib.splits import generate_split
+from simcalib.experiment import protocol
+from simcalib.experiment.protocol import (
+    ProtocolSettings,
+    Run,
+    evaluate_calibrator,
+    fit_calibrator,
+    train_run_backbone,
+)
+from simcalib.experiment.splits import generate_split
 
 RUN = Run("Cora", "GCN", 0, 0, 1)  # "Cora" names the protocol defaults only: the graph is generated
 QUICK = {"max_epochs": 40, "patience": 10}

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from simcalib.errors import ConfigError, DataCorruptError
-from simcalib.splits import (
+from simcalib.experiment.splits import (
     find_split_file,
     generate_split,
     get_split,
@@ -141,7 +141,7 @@ def test_the_split_digest_names_the_node_indices_and_the_source_label_where_they
 
 
 def test_the_fixed_splits_are_found_without_configuration_and_never_silently_replaced(tmp_path, monkeypatch):
-    import simcalib.splits as splits
+    import simcalib.experiment.splits as splits
 
     monkeypatch.setenv("SIMCALIB_SPLITS_DIR", str(tmp_path / "env"))
     assert resolve_splits_dir(tmp_path / "given") == (tmp_path / "given", "given")
@@ -165,7 +165,7 @@ def test_the_fixed_splits_are_found_without_configuration_and_never_silently_rep
 
 
 def test_a_generated_split_is_drawn_from_the_study_seed_dataset_split_index_and_label_rate():
-    from simcalib.splits import split_seed
+    from simcalib.experiment.splits import split_seed
 
     # the seed of Cora's generated split 0 under the study seed: a changed derivation would change every
     # generated split of every study

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from simcalib.errors import ConfigError, DataMissingError
-from simcalib.plan import plan_benchmark, plan_study
-from simcalib.study import load_study
+from simcalib.experiment.plan import plan_benchmark, plan_study
+from simcalib.experiment.study import load_study
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 STUDY_DIR = PROJECT_ROOT / "study"
@@ -159,7 +159,7 @@ def test_splits_beyond_the_fixed_files_are_refused_before_work_unless_allowed(tm
 
 
 def test_batch_runs_is_a_study_key_that_reaches_the_protocol_settings(tmp_path):
-    from simcalib.study import study_from_dict
+    from simcalib.experiment.study import study_from_dict
 
     study = study_from_dict({"name": "b", "benchmarks": {"datasets": ["Cora"]},
                              "runs": {"batch_runs": True, "models_per_batch": 5}})

@@ -39,7 +39,7 @@ class CalibratorEntry:
     preset: dict = field(default_factory=dict)  # options fixed by this name
     description: str = ""
     tuned_from: str | None = None  # its options are this calibrator's tuned ones, given by the study layer
-    # the name whose random stream a fit draws from (simcalib.protocol): its own, or that of the name whose
+    # the name whose random stream a fit draws from (simcalib.experiment.protocol): its own, or that of the name whose
     # committed rows this preset reproduces (GETS_ap: the rows written as GETS before GETS followed the GETS code)
     seed_name: str | None = None
     # a calibrator from another package (simcalib.calibrators.external): {"package", "version", "entry"}
@@ -152,7 +152,7 @@ def calibrator_definition(name: str, dataset: str | None = None, backbone: str |
                           **options) -> CalibratorDefinition:
     """The resolved definition of ``name`` on (dataset, backbone) with ``options`` (as :func:`build_calibrator`
     would build it): a changed default, preset, per-benchmark setting or tuned option gives another digest,
-    so rows of two definitions of one calibrator are never taken for one (:mod:`simcalib.integrity`).
+    so rows of two definitions of one calibrator are never taken for one (:mod:`simcalib.store.integrity`).
     Unknown options raise a ConfigError naming the calibrator."""
     entry = CALIBRATORS[canonical_calibrator(name)]
     kwargs = _build_kwargs(entry, dataset, backbone, options)

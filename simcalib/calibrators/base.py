@@ -84,7 +84,7 @@ class CalibrationGraph:
         if self.features is None:
             raise ConfigError(f"{calibrator} reads the graph's node features X, and this CalibrationGraph has none: "
                               "build it with features=... (CalibrationGraph.from_run(..., features=graph.x), as "
-                              "simcalib.protocol.calibration_graph does)")
+                              "simcalib.experiment.protocol.calibration_graph does)")
         if self.features.shape[0] != self.num_nodes:
             raise ConfigError(f"{calibrator}: the graph's features have {self.features.shape[0]} rows for "
                               f"{self.num_nodes} nodes; give one row per node")
@@ -135,7 +135,7 @@ class Calibrator(nn.Module, ABC):
 
     def audit(self, graph: CalibrationGraph, nodes: Tensor, signals: NodeSignals | None = None) -> dict:
         """Values of the fitted calibrator worth a results column (e.g. SimCalib's chosen w, t and the
-        temperatures on ``nodes``); see :data:`simcalib.results_store.AUDIT_COLUMNS`. ``signals``: per-node
+        temperatures on ``nodes``); see :data:`simcalib.store.results_store.AUDIT_COLUMNS`. ``signals``: per-node
         values on ``nodes`` already computed for the row (:class:`~simcalib.calibrators.signals.NodeSignals`).
         Default: none."""
         return {}

@@ -90,12 +90,12 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.calibrators import CALIBRATORS, canonical_calibrator
     from simcalib.data import get_spec
     from simcalib.errors import ConfigError
-    from simcalib.executor import run_planned_benchmark
-    from simcalib.integrity import results_lock
-    from simcalib.plan import plan_benchmark
-    from simcalib.results_store import check_results_file, check_resume_source, summarize
-    from simcalib.splits import record_split_sources
-    from simcalib.study import load_study, probe_external
+    from simcalib.experiment.executor import run_planned_benchmark
+    from simcalib.experiment.plan import plan_benchmark
+    from simcalib.experiment.splits import record_split_sources
+    from simcalib.experiment.study import load_study, probe_external
+    from simcalib.store.integrity import results_lock
+    from simcalib.store.results_store import check_results_file, check_resume_source, summarize
     from simcalib.tuning.store import load_tuned_params
 
     if args.workers < 1:

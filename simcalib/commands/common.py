@@ -50,10 +50,10 @@ def attention_overrides(args: argparse.Namespace) -> tuple[tuple[str, object], .
 
 
 def protocol_settings(args: argparse.Namespace, fold_rate: float = 0.05, study_backbone: dict | None = None):
-    """The :class:`~simcalib.protocol.ProtocolSettings` of a command's protocol options (seed, data, splits,
+    """The :class:`~simcalib.experiment.protocol.ProtocolSettings` of a command's protocol options (seed, data, splits,
     cache, device, ``--max-epochs``, ``--attention``). ``study_backbone``: a study file's ``backbone:``
     overrides, which the command line's win over (``--attention pyg`` included)."""
-    from simcalib.protocol import ProtocolSettings
+    from simcalib.experiment.protocol import ProtocolSettings
 
     command_line = {"max_epochs": args.max_epochs or None, "attention": getattr(args, "attention", None)}
     merged = {**(study_backbone or {}), **{k: v for k, v in command_line.items() if v is not None}}

@@ -61,14 +61,14 @@ def run_fetch(args: argparse.Namespace) -> int:
     from simcalib.data.gats_splits import fetch_gats_splits, splits_source
     from simcalib.data.loading import data_root
     from simcalib.errors import ConfigError
-    from simcalib.splits import NO_SPLITS_DIR, resolve_splits_dir
+    from simcalib.experiment.splits import NO_SPLITS_DIR, resolve_splits_dir
 
     datasets = [get_spec(name).name for name in args.datasets]
     split_datasets: list[str] | None = [] if not args.splits else None  # None: every published split file
     root = args.data_root
     if args.study:
-        from simcalib.data.needs import study_data_needs
-        from simcalib.study import load_study
+        from simcalib.experiment.needs import study_data_needs
+        from simcalib.experiment.study import load_study
 
         study = load_study(args.study)
         needs = study_data_needs(study)

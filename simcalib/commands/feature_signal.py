@@ -1,5 +1,5 @@
 """``simcalib feature-signal``: how much a distance-aware temperature can gain on a benchmark
-(:mod:`simcalib.feature_signal`), measured on the protocol's runs with their cached backbones."""
+(:mod:`simcalib.analysis.feature_signal`), measured on the protocol's runs with their cached backbones."""
 
 from __future__ import annotations
 
@@ -38,9 +38,8 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
     import torch
 
-    from simcalib.feature_signal import oracle_scores
-    from simcalib.integrity import BACKBONE_OPTIONS_COLUMN
-    from simcalib.protocol import (
+    from simcalib.analysis.feature_signal import oracle_scores
+    from simcalib.experiment.protocol import (
         ProtocolSettings,
         backbone_options,
         calibration_graph,
@@ -49,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         train_run_backbone,
     )
     from simcalib.similarity import nearest_prototype_distance
+    from simcalib.store.integrity import BACKBONE_OPTIONS_COLUMN
 
     torch.set_num_threads(args.threads)
     settings = ProtocolSettings(data_root=args.data_root, mirror=args.data_mirror,

@@ -63,8 +63,8 @@ def resolve_source(source: str) -> tuple[Path, str]:
 
 
 def study_output(path: Path) -> tuple[Path, str]:
-    """A study file's output folder and name, read with the study schema (:mod:`simcalib.study`)."""
-    from simcalib.study import load_study
+    """A study file's output folder and name, read with the study schema (:mod:`simcalib.experiment.study`)."""
+    from simcalib.experiment.study import load_study
 
     study = load_study(path)
     return study.output, study.name

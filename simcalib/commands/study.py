@@ -66,8 +66,8 @@ def overrides_from(args: argparse.Namespace) -> dict:
 
 
 def check_study(args: argparse.Namespace) -> int:
-    from simcalib.plan import plan_study
-    from simcalib.study import load_study
+    from simcalib.experiment.plan import plan_study
+    from simcalib.experiment.study import load_study
 
     study = load_study(args.study_file, overrides_from(args))
     plan = plan_study(study, data=args.data)  # tuned options read; with --data every dataset and split loaded
@@ -81,8 +81,8 @@ def check_study(args: argparse.Namespace) -> int:
 
 
 def run_study(args: argparse.Namespace) -> int:
-    from simcalib.plan import plan_study
-    from simcalib.study import load_study
+    from simcalib.experiment.plan import plan_study
+    from simcalib.experiment.study import load_study
 
     overrides = overrides_from(args)
     study = load_study(args.study_file, overrides)  # input errors end here: one line, exit 2

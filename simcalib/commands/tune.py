@@ -106,7 +106,7 @@ def run_screen(args: argparse.Namespace) -> int:
 
     from simcalib.backbones import backbone_name
     from simcalib.data import get_spec
-    from simcalib.protocol import make_runs
+    from simcalib.experiment.protocol import make_runs
     from simcalib.tuning import ObjectiveSettings, tuning_order
     from simcalib.tuning.screen import read_candidates, screen, summarise_screen
 

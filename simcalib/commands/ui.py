@@ -37,7 +37,7 @@ def register(sub) -> None:
 def tracking_uri_of(args: argparse.Namespace) -> str:
     if args.tracking_uri:
         return args.tracking_uri
-    from simcalib.study import DEFAULT_TRACKING_URI, load_study
+    from simcalib.experiment.study import DEFAULT_TRACKING_URI, load_study
 
     if args.study and Path(args.study).is_file():
         return load_study(args.study).tracking_uri

@@ -1,4 +1,4 @@
-"""The GATS fixed split files, downloaded and re-written as the plain arrays :mod:`simcalib.splits` reads.
+"""The GATS fixed split files, downloaded and re-written as the plain arrays :mod:`simcalib.experiment.splits` reads.
 
 The public GATS repository publishes each split as ``data/split/<Dataset>/5_3f_85/<dataset>_split_<k>.npz``:
 ``k_fold_indices`` (the 3 labelled folds, an object array of index arrays on most graphs) and ``test_indices``.

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from simcalib.integrity import CALIBRATOR_DIGEST_COLUMN, CALIBRATOR_OPTIONS_COLUMN
 from simcalib.report.render import Block, Heading, Paragraph, table_block
+from simcalib.store.integrity import CALIBRATOR_DIGEST_COLUMN, CALIBRATOR_OPTIONS_COLUMN
 
 NOT_RECORDED_DIGEST = "not recorded"
 DEFINITIONS_CSV = "calibrator_definitions.csv"

@@ -6,7 +6,7 @@
   curve of relplot's kernel (:func:`smooth_reliability`; the per-bin sums of ``figure_bins`` cannot give it).
 * Confidence distributions of the same predictions.
 
-These and the feature-similarity figure read each run's test predictions binned (:mod:`simcalib.figure_bins`):
+These and the feature-similarity figure read each run's test predictions binned (:mod:`simcalib.analysis.figure_bins`):
 from the saved predictions where present, else from the ``figure_bins`` column of ``results.csv``, so they
 regenerate from committed results files.
 * Data efficiency: ECE against the calibration label rate for UnCal, ETS, CaGCN, GATS and SimCalib.
@@ -31,9 +31,9 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from simcalib.analysis.figure_bins import FIGURE_CALIBRATORS, N_GROUPS, FigureBins, from_json, pool, summarise
+from simcalib.analysis.plots import confidence_histogram_from_counts, reliability_diagram_from_bins
 from simcalib.errors import DataCorruptError
-from simcalib.figure_bins import FIGURE_CALIBRATORS, N_GROUPS, FigureBins, from_json, pool, summarise
-from simcalib.plots import confidence_histogram_from_counts, reliability_diagram_from_bins
 from simcalib.report.bootstrap import mean_interval, median_interval, ratio_interval
 from simcalib.report.results import load_predictions
 from simcalib.report.tables import EXTRA_METHODS, sorted_benchmarks
@@ -59,7 +59,7 @@ def _palette(methods: Sequence[str]) -> dict[str, tuple]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The test predictions of each run, binned (simcalib.figure_bins): from saved predictions or results.csv
+# The test predictions of each run, binned (simcalib.analysis.figure_bins): from saved predictions or results.csv
 
 BINS_KEYS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
 
@@ -310,7 +310,7 @@ def similarity_groups(bins: pd.DataFrame, methods: Sequence[str] = SIMILARITY_ME
     """Per (benchmark, run, group, method) ECE of the test nodes grouped by feature distance.
 
     Groups are quantiles of the feature distance within each run (group 1: closest to a prototype), as
-    :func:`simcalib.figure_bins.summarise` bins them. Runs need every method's bins with distance groups;
+    :func:`simcalib.analysis.figure_bins.summarise` bins them. Runs need every method's bins with distance groups;
     others are skipped. None if nothing is left.
     """
     found = bins[bins["calibrator"].isin(methods)]

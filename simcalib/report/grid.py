@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from simcalib.feature_signal import MIN_NODEWISE_CV
+from simcalib.analysis.feature_signal import MIN_NODEWISE_CV
 from simcalib.report.tables import benchmark_sort_key
 
 SIMCALIB_PREFIX = "SimCalib"

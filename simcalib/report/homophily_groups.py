@@ -1,5 +1,5 @@
 """Calibration by local homophily, and which calibrator to use per graph: the report's section for benchmarks
-whose rows carry ``homophily_bins`` (:mod:`simcalib.homophily`).
+whose rows carry ``homophily_bins`` (:mod:`simcalib.analysis.homophily`).
 
 For every run, the test nodes are grouped by local homophily h_i (share of a node's neighbours with its label,
 from the true labels: an analysis, never seen by a calibrator) into [0, 0.2), ..., [0.8, 1] and isolated; each
@@ -30,7 +30,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure as MplFigure
 
-from simcalib.homophily import ISOLATED, group_names
+from simcalib.analysis.homophily import ISOLATED, group_names
 from simcalib.report.bootstrap import mean_interval
 from simcalib.report.figures import save_figure
 from simcalib.report.render import Block, Figure, Heading, Paragraph, table_block

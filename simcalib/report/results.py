@@ -4,7 +4,7 @@ A study writes one results folder per benchmark (``DIR/results.csv``, and with `
 ``DIR/predictions/<Dataset>_<Backbone>_s<split>_i<init>_f<fold>_<Calibrator>.npz``). The report reads all of
 them, concatenated; it never retrains. A folder whose rows repeat a run (same dataset, backbone, calibrator,
 split, init, fold and label rate), or hold one split or dataset under two digests (two split definitions
-pooled as one), is refused with the offending keys (:func:`simcalib.integrity.check_results`): a run counted
+pooled as one), is refused with the offending keys (:func:`simcalib.store.integrity.check_results`): a run counted
 twice would bias every mean and test. Within :func:`dedupe_identical` (``simcalib report --dedupe``) the first
 of repeats that agree in every column but their timing is kept. A run present in two folders of an explicit
 list of folders is counted once (the later folder's row).
@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from simcalib.errors import ConfigError, DataCorruptError, DataMissingError
-from simcalib.integrity import check_results
-from simcalib.results_store import KEY_COLUMNS, RESULT_COLUMNS, read_results
+from simcalib.store.integrity import check_results
+from simcalib.store.results_store import KEY_COLUMNS, RESULT_COLUMNS, read_results
 
 _DEDUPE = contextvars.ContextVar("simcalib_report_dedupe", default=False)
 

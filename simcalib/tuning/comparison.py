@@ -1,6 +1,6 @@
 """Before/after: the test metrics of a calibrator with its default options and with its tuned options.
 
-Both sides run the ordinary protocol (:func:`simcalib.executor.run_benchmark`) on the same runs and
+Both sides run the ordinary protocol (:func:`simcalib.experiment.executor.run_benchmark`) on the same runs and
 backbones, into ``OUT/default`` and ``OUT/tuned`` (resumable like any benchmark). The per-run pairs are
 compared with a paired Wilcoxon signed-rank test on ECE. Runs used by the search are reported apart
 from the others: the search never saw test labels, but the held-out runs are the cleaner check that the
@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import wilcoxon
 
-from simcalib.executor import BenchmarkRequest, run_benchmark
-from simcalib.protocol import ProtocolSettings, Run
+from simcalib.experiment.executor import BenchmarkRequest, run_benchmark
+from simcalib.experiment.protocol import ProtocolSettings, Run
 
 RUN_COLUMNS = ["dataset", "backbone", "split", "init", "fold"]
 COMPARED_METRICS = ("ece", "ace", "classwise_ece", "kde_ece", "nll", "brier", "accuracy")

@@ -1,6 +1,6 @@
 """The search objective: how well a calibrator configuration calibrates, measured on labelled nodes only.
 
-Test nodes never enter: the objective sees each run through :func:`simcalib.protocol.calibration_graph`,
+Test nodes never enter: the objective sees each run through :func:`simcalib.experiment.protocol.calibration_graph`,
 whose labels are hidden outside the training folds and the calibration fold, and scores calibration-fold
 nodes only. Re-using test nodes to pick hyperparameters would make the reported test ECE optimistic.
 
@@ -33,11 +33,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from simcalib import protocol
 from simcalib.calibrators import HIDDEN_LABEL, CalibrationGraph, build_calibrator, canonical_calibrator
 from simcalib.errors import ConfigError
+from simcalib.experiment import protocol
+from simcalib.experiment.protocol import ProtocolSettings, Run
 from simcalib.metrics import ece, nll
-from simcalib.protocol import ProtocolSettings, Run
 from simcalib.seeding import derive_seed, seed_everything
 
 METRICS = {"nll": nll, "ece": lambda probs, labels: 100.0 * ece(probs, labels)}

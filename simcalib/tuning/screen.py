@@ -24,8 +24,8 @@ import yaml
 
 from simcalib.calibrators import canonical_calibrator
 from simcalib.errors import ConfigError, SimCalibError
+from simcalib.experiment.protocol import ProtocolSettings, Run
 from simcalib.metrics import ece, nll
-from simcalib.protocol import ProtocolSettings, Run
 from simcalib.tuning.objective import CalibrationObjective, ObjectiveSettings
 
 SCREEN_COLUMNS = ["candidate", "calibrator", "run", "dataset", "backbone", "split", "init", "fold", "ece", "nll",

@@ -245,7 +245,7 @@ def test_invalid_kernel_and_batched_trainer_are_refused(sbm_graph):
 def test_benchmark_command_passes_the_kernel_to_the_backbone_settings():
     from simcalib.cli import build_parser
     from simcalib.commands.common import protocol_settings
-    from simcalib.protocol import Run, backbone_config
+    from simcalib.experiment.protocol import Run, backbone_config
 
     parse = lambda *extra: build_parser().parse_args(["benchmark", "--dataset", "cora", "--backbone", "gat",  # noqa: E731
                                                       "--seed", "10", *extra])

@@ -7,9 +7,9 @@ import pytest
 import torch
 from graph_fixtures import single_thread  # noqa: F401
 
+from simcalib.analysis.feature_signal import MIN_NODEWISE_CV, distance_groups, fit_temperature_map
 from simcalib.calibrators import CalibrationGraph, build_calibrator
 from simcalib.calibrators.ts import nll_temperature
-from simcalib.feature_signal import MIN_NODEWISE_CV, distance_groups, fit_temperature_map
 from simcalib.similarity import nearest_prototype_distance, spearman
 
 
@@ -83,7 +83,7 @@ def test_on_a_cora_gcn_run_the_default_branch_is_nodewise_and_the_decay_all_one_
     """One real run (Cora GCN, split 1, init 0, fold 2, the paper's fixed split): T_feat's coefficient of
     variation over test nodes clears MIN_NODEWISE_CV under the default (committed row: 0.44) and is 0 under
     SimCalib_decay_all (committed row: 0.0000), as in 73-100% / 0-33% of the re-measured runs."""
-    from simcalib.protocol import ProtocolSettings, Run, evaluate_calibrator
+    from simcalib.experiment.protocol import ProtocolSettings, Run, evaluate_calibrator
 
     settings = ProtocolSettings(mirror=str(mirror_dir), splits_dir=str(splits_dir), cache_dir=str(tmp_path),
                                 data_root=str(tmp_path / "data"))

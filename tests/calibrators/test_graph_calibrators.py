@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from graph_fixtures import NUM_CLASSES, permuted, single_thread, tiny_features, tiny_graph, tiny_problem
 
+from simcalib.analysis.feature_signal import per_class_halves
 from simcalib.calibrators import (
     CALIBRATORS,
     CaGCN,
@@ -21,7 +22,6 @@ from simcalib.calibrators import (
 from simcalib.calibrators.simcalib import class_halves
 from simcalib.calibrators.ts import nll_temperature
 from simcalib.errors import ConfigError
-from simcalib.feature_signal import per_class_halves
 from simcalib.seeding import seed_everything
 
 QUICK = {"max_epochs": 40, "patience": 10}  # enough steps to move every parameter, fast

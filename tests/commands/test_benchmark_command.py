@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from synthetic_graphs import write_amazon_mirror
 
-from simcalib.splits import CHECKOUT_SPLITS
+from simcalib.experiment.splits import CHECKOUT_SPLITS
 
 
 def _command(tmp_path, out: str, cache: str) -> list[str]:
@@ -56,7 +56,7 @@ def test_batched_benchmark_killed_and_resumed_loses_nothing(tmp_path, mirror_dir
 
 HOLD_LOCK = """
 import sys, time
-from simcalib.integrity import results_lock
+from simcalib.store.integrity import results_lock
 with results_lock(sys.argv[1], command="holder"):
     print("held", flush=True)
     time.sleep(600)

@@ -28,8 +28,8 @@ def test_a_study_files_backbone_overrides_reach_the_settings_under_the_command_l
 
 
 def test_the_offline_studys_gat_rows_say_the_csr_kernel_and_its_gcn_rows_the_default():
-    from simcalib.protocol import Run, backbone_options
-    from simcalib.study import load_study
+    from simcalib.experiment.protocol import Run, backbone_options
+    from simcalib.experiment.study import load_study
 
     study = load_study(Path(__file__).resolve().parents[2] / "study" / "offline.yaml")
     settings = protocol_settings(_args(), study_backbone=study.spec.backbone)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from simcalib.cli import main
-from simcalib.study import load_study
+from simcalib.experiment.study import load_study
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 STUDY = """\

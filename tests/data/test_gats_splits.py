@@ -15,7 +15,7 @@ from local_http import serve_folder
 
 from simcalib.data.gats_splits import fetch_gats_splits, original_splits, published_datasets, splits_source
 from simcalib.errors import ConfigError, DataCorruptError
-from simcalib.splits import find_split_file, load_split_file
+from simcalib.experiment.splits import find_split_file, load_split_file
 
 ORIGINALS = SPLITS / "gats_original"
 REWRITTEN = SPLITS / "gats_5_3f_85"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simcalib.data.needs import DataNeeds, study_data_needs
-from simcalib.study import load_study, study_from_dict
+from simcalib.experiment.needs import DataNeeds, study_data_needs
+from simcalib.experiment.study import load_study, study_from_dict
 
 STUDIES = Path(__file__).resolve().parents[2] / "study"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from flows.caching import calibrate_across_runs_key, calibrate_key, library_fingerprint, pretrain_key
-from simcalib.protocol import ProtocolSettings, Run
+from simcalib.experiment.protocol import ProtocolSettings, Run
 
 RUN = Run("Cora", "GCN", 0, 1, 2)
 SETTINGS = ProtocolSettings(device="cpu", backbone_overrides=(("max_epochs", 20),))

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from study_helpers import PROJECT_ROOT
 
-from simcalib.study import load_study
+from simcalib.experiment.study import load_study
 
 
 def test_prefect_yaml_deploys_the_three_studies():

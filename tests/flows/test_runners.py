@@ -8,7 +8,7 @@ from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 from study_helpers import numbers
 
 from flows.runners import make_task_runner
-from simcalib.study import TaskRunnerSpec
+from simcalib.experiment.study import TaskRunnerSpec
 
 
 def test_each_kind_gives_its_runner():

@@ -15,8 +15,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from study_helpers import PROJECT_ROOT, TASKS_LINE, TINY_CALIBRATORS, numbers
 
-from simcalib.protocol import ProtocolSettings, Run
-from simcalib.results_store import RESULT_COLUMNS
+from simcalib.experiment.protocol import ProtocolSettings, Run
+from simcalib.store.results_store import RESULT_COLUMNS
 
 
 def test_tasks_are_plain_functions_underneath(tiny_protocol: ProtocolSettings, tmp_path):
@@ -199,7 +199,7 @@ def test_a_study_on_another_split_source_refuses_the_folder_of_the_first_and_cha
 
 def test_a_second_writer_on_the_study_folder_is_refused_naming_the_holder(reference):
     from flows.study import study_flow
-    from simcalib.integrity import ResultsLockedError
+    from simcalib.store.integrity import ResultsLockedError
 
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(reference.output)], stdout=subprocess.PIPE, text=True)
     try:
@@ -213,7 +213,7 @@ def test_a_second_writer_on_the_study_folder_is_refused_naming_the_holder(refere
 
 HOLD_LOCK = """
 import sys, time
-from simcalib.integrity import results_lock
+from simcalib.store.integrity import results_lock
 with results_lock(sys.argv[1], command="holder"):
     print("held", flush=True)
     time.sleep(600)
@@ -226,8 +226,8 @@ def test_a_batch_runs_study_gives_the_numbers_of_the_batched_benchmark_and_not_t
     import torch
 
     from flows.study import study_flow
-    from simcalib.executor import BenchmarkRequest, run_benchmark
-    from simcalib.study import load_study
+    from simcalib.experiment.executor import BenchmarkRequest, run_benchmark
+    from simcalib.experiment.study import load_study
 
     path = study_env.write("batched", calibrators=["UnCal", "TS"],
                            runs={"splits": 1, "inits": 2, "folds": [0, 1], "batch_runs": True})

@@ -15,7 +15,7 @@ from study_helpers import PROJECT_ROOT
 from flows.track import NOT_RECORDED, track_results
 from flows.tracking import PARENT_TAG, TAG_ROLE
 from simcalib.calibrators import calibrator_definition
-from simcalib.integrity import CALIBRATOR_DIGEST_COLUMN, CALIBRATOR_OPTIONS_COLUMN
+from simcalib.store.integrity import CALIBRATOR_DIGEST_COLUMN, CALIBRATOR_OPTIONS_COLUMN
 
 CALIBRATORS = ("UnCal", "TS", "GATS")
 

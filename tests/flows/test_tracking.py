@@ -19,7 +19,7 @@ from flows.tracking import (
     runs_table_url,
 )
 from simcalib.metrics import METRIC_NAMES
-from simcalib.results_store import summarize
+from simcalib.store.results_store import summarize
 
 CALIBRATORS = ["UnCal", "TS", "GATS"]
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from simcalib import metrics as M
-from simcalib.results_store import RESULT_COLUMNS
+from simcalib.store.results_store import RESULT_COLUMNS
 
 # Calibrators as temperatures on the same logits: UnCal overconfident, the others closer to calibrated.
 TEMPERATURES = {"UnCal": 0.45, "TS": 1.0, "ETS": 1.05, "CaGCN": 1.2, "GATS": 0.95, "SimCalib": 1.0,

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from simcalib.analysis.figure_bins import to_json
+from simcalib.analysis.plots import reliability_diagram
 from simcalib.errors import DataCorruptError
-from simcalib.figure_bins import to_json
 from simcalib.metrics import ece, reliability_bins
-from simcalib.plots import reliability_diagram
 from simcalib.report import figures
 from simcalib.report.results import load_study_results
 

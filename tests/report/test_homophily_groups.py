@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simcalib.homophily import group_names
+from simcalib.analysis.homophily import group_names
 from simcalib.report.build import build_tables, one_class_blocks
 from simcalib.report.homophily_groups import (
     LOW_GROUP,

@@ -15,7 +15,7 @@ STUDY_DIR = Path(__file__).resolve().parents[2] / "study"
 @pytest.mark.parametrize("name, datasets", [("data_efficiency", ["Cora", "CS"]),
                                             ("data_efficiency_corafull", ["CoraFull"])])
 def test_data_efficiency_studies_sweep_one_to_fifteen_percent_for_the_papers_calibrators(name, datasets):
-    study_module = pytest.importorskip("simcalib.study")
+    study_module = pytest.importorskip("simcalib.experiment.study")
     study = study_module.load_study(STUDY_DIR / f"{name}.yaml")
     assert [c.name for c in study.calibrators] == list(EFFICIENCY_METHODS)
     assert study.backbones == ["GCN", "GAT"] and study.datasets == datasets

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from simcalib import protocol
 from simcalib.calibrators import HIDDEN_LABEL, CalibrationGraph
 from simcalib.errors import ConfigError
-from simcalib.protocol import make_runs
+from simcalib.experiment import protocol
+from simcalib.experiment.protocol import make_runs
 from simcalib.tuning import CalibrationObjective, ObjectiveSettings
 from simcalib.tuning.objective import hide_labels, inner_parts, tuning_order
 
@@ -64,8 +64,8 @@ def test_poisoned_test_labels_leave_the_objective_unchanged(monkeypatch, tmp_pat
     backbone afresh in an empty cache (a backbone cached from the clean labels would hide a leak into it)."""
     from synthetic_graphs import make_sbm_graph
 
-    from simcalib.protocol import ProtocolSettings, Run
-    from simcalib.splits import generate_split
+    from simcalib.experiment.protocol import ProtocolSettings, Run
+    from simcalib.experiment.splits import generate_split
 
     graph = make_sbm_graph(num_nodes=240, num_classes=3, num_features=32, seed=5, p_in=0.06, p_out=0.015)
     split = generate_split(graph.y.numpy(), seed=3)  # as a fixed split file: the labels cannot move it

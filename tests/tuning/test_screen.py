@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from simcalib.errors import ConfigError
-from simcalib.protocol import make_runs
+from simcalib.experiment.protocol import make_runs
 from simcalib.tuning import CalibrationObjective, ObjectiveSettings
 from simcalib.tuning.objective import CalibrationObjective as Objective
 from simcalib.tuning.screen import Candidate, read_candidates, screen, summarise_screen

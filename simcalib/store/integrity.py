@@ -1,6 +1,6 @@
 """What keeps a results folder trustworthy: each row's run definition, one writer at a time, checked readers.
 
-The rows themselves are read and written by :mod:`simcalib.results_store`; this module holds the checks it
+The rows themselves are read and written by :mod:`simcalib.store.results_store`; this module holds the checks it
 applies to them, the folder lock its writers hold, and a fault hook for tests.
 
 * **Run definition.** Every results row records, beside its seed, what else defines its run: ``split_digest``

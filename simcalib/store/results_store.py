@@ -5,7 +5,7 @@ what it computed; a last line cut off by a kill is not a row (:func:`read_result
 the next append. :func:`rewrite_results` replaces a file atomically in the same format. Before runs are
 added, :func:`check_results_file` checks the file against their definitions, and :func:`copy_finished_rows`
 copies finished rows from another results file (``--resume-from``); both rest on the checks of
-:mod:`simcalib.integrity`. :func:`summarize` gives each benchmark's mean and std per calibrator.
+:mod:`simcalib.store.integrity`. :func:`summarize` gives each benchmark's mean and std per calibrator.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from simcalib.errors import ConfigError
-from simcalib.integrity import (
+from simcalib.metrics import BASE_METRIC_NAMES, BINARY_METRIC_NAMES, ESTIMATOR_NAMES, METRIC_NAMES
+from simcalib.store.integrity import (
     BACKBONE_OPTIONS_COLUMN,
     CALIBRATOR_DIGEST_COLUMN,
     CALIBRATOR_OPTIONS_COLUMN,
@@ -28,7 +29,6 @@ from simcalib.integrity import (
     check_results,
     write_error,
 )
-from simcalib.metrics import BASE_METRIC_NAMES, BINARY_METRIC_NAMES, ESTIMATOR_NAMES, METRIC_NAMES
 
 KEY_COLUMNS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
 # What a fitted calibrator reports of itself (Calibrator.audit): SimCalib's chosen grid point and the mean and
@@ -37,18 +37,18 @@ AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_s
 # Which backbone a row was computed on: a digest of its logits. The same run trained on another CPU (or GPU)
 # can be another backbone (float rounding can move the early stop), so rows of one run are comparable only
 # if their digests agree; the report pairs runs on it. Empty in rows written before it existed.
-# ``figure_bins``: the binned test predictions the paper's figures need (simcalib.figure_bins), for the
+# ``figure_bins``: the binned test predictions the paper's figures need (simcalib.analysis.figure_bins), for the
 # calibrators those figures show; empty for the others and in rows written before it existed.
-# DEFINITION_COLUMNS: the split and processed graph the run was computed on (simcalib.integrity); empty
+# DEFINITION_COLUMNS: the split and processed graph the run was computed on (simcalib.store.integrity); empty
 # (unknown) in rows written before they existed.
 # ESTIMATOR_NAMES (simcalib.metrics): estimators beside the binned metrics, last, where appending a row to a
 # file written before them puts them (append_rows widens its header); such rows read them as missing (NaN).
-# BACKBONE_OPTIONS_COLUMN (simcalib.integrity): the backbone's non-default settings (e.g. GAT's attention kernel),
+# BACKBONE_OPTIONS_COLUMN (simcalib.store.integrity): the backbone's non-default settings (e.g. GAT's attention kernel),
 # last for the same reason; empty (unknown) in rows written before it existed.
 # After them, for the same reason: BINARY_METRIC_NAMES (simcalib.metrics: metrics of p(y = 1), empty for more than
 # two classes), ``one_class_backbone`` (the backbone predicts one class on every test node), ``homophily_bins``
-# (per local-homophily group of the test nodes: count and ECE, simcalib.homophily, as JSON), and the calibrator's
-# resolved definition (CALIBRATOR_OPTIONS_COLUMN, CALIBRATOR_DIGEST_COLUMN: simcalib.integrity).
+# (per local-homophily group of the test nodes: count and ECE, simcalib.analysis.homophily, as JSON), and the calibrator's
+# resolved definition (CALIBRATOR_OPTIONS_COLUMN, CALIBRATOR_DIGEST_COLUMN: simcalib.store.integrity).
 LATER_COLUMNS = [*BINARY_METRIC_NAMES, "one_class_backbone", "homophily_bins", CALIBRATOR_OPTIONS_COLUMN,
                  CALIBRATOR_DIGEST_COLUMN]
 RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *BASE_METRIC_NAMES, "fit_seconds", "label_rate", *AUDIT_COLUMNS,
@@ -159,7 +159,7 @@ def copy_finished_rows(source: Path, results_path: Path, wanted: Collection[tupl
     """Append to ``results_path`` the rows of ``source`` whose :func:`result_keys` are in ``wanted`` (the
     requested runs and calibrators, with this study seed's run seeds) and that ``results_path`` does not hold
     yet; returns how many. Refused (ConfigError) when a row to copy was computed on another split or graph
-    than ``planned`` (the runs' definitions, :func:`simcalib.protocol.planned_runs`) or ``source`` repeats a
+    than ``planned`` (the runs' definitions, :func:`simcalib.experiment.protocol.planned_runs`) or ``source`` repeats a
     run. With ``definitions`` ((dataset, backbone, calibrator) -> calibrator digest), a row whose known
     calibrator digest differs is not copied (it is of another definition of that calibrator: the run is
     computed again)."""
@@ -199,9 +199,9 @@ def check_resume_source(source: str | os.PathLike) -> None:
 def check_results_file(path: Path, planned: Sequence[dict],
                        definitions: dict[tuple[str, str, str], str] | None = None) -> pd.DataFrame:
     """The rows of the results file ``path`` when adding the runs ``planned`` (their identities and
-    definitions, :func:`simcalib.protocol.planned_runs`) keeps it one protocol: no run twice, one digest per
+    definitions, :func:`simcalib.experiment.protocol.planned_runs`) keeps it one protocol: no run twice, one digest per
     split and dataset, and none other than the runs' own, and (with ``definitions``, see
-    :meth:`simcalib.plan.BenchmarkPlan.definitions`) each calibrator's rows of the definition it runs under now
+    :meth:`simcalib.experiment.plan.BenchmarkPlan.definitions`) each calibrator's rows of the definition it runs under now
     (else ConfigError / DataCorruptError naming the file, the run and what differs)."""
     existing = check_results(read_results(path), str(path))
     check_append(existing, planned, path,

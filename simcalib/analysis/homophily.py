@@ -5,7 +5,7 @@ Local homophily of node i, from the TRUE labels y and the simple undirected grap
     h_i = |{j in N(i) : y_j = y_i}| / |N(i)|,      undefined (NaN) for an isolated node (|N(i)| = 0).
 
 It reads the labels of the test nodes and their neighbours, so it is computed in evaluation
-(:func:`simcalib.protocol.evaluate_calibrator`) from the loaded graph, never from a
+(:func:`simcalib.experiment.protocol.evaluate_calibrator`) from the loaded graph, never from a
 :class:`~simcalib.calibrators.base.CalibrationGraph` (whose test labels are hidden), and is not passed to any
 calibrator. The test nodes are put in fixed groups (:data:`GROUP_EDGES`: [0, 0.2), [0.2, 0.4), [0.4, 0.6),
 [0.6, 0.8), [0.8, 1]) and a group of their own for isolated nodes; fixed edges, not quantiles, so that groups

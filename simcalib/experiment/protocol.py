@@ -2,8 +2,8 @@
 
 A *run* is (dataset, backbone, split, init, fold): it trains a fresh backbone (cached on disk) and fits
 every calibrator on it. :func:`train_run_backbone` and :func:`evaluate_calibrator` are the units that
-orchestration (``flows/``) fans out and that :mod:`simcalib.executor` chains for one benchmark; what they
-run on (the settings, the runs, the calibrators' options) comes resolved from :mod:`simcalib.plan`.
+orchestration (``flows/``) fans out and that :mod:`simcalib.experiment.executor` chains for one benchmark; what they
+run on (the settings, the runs, the calibrators' options) comes resolved from :mod:`simcalib.experiment.plan`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from simcalib.analysis.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
+from simcalib.analysis.homophily import local_homophily
+from simcalib.analysis.homophily import summarise as homophily_summary
+from simcalib.analysis.homophily import to_json as homophily_json
 from simcalib.backbones import (
     BackboneCache,
     BackboneConfig,
@@ -43,15 +47,15 @@ from simcalib.calibrators.across_runs import fit_across_runs, generator_after_bu
 from simcalib.calibrators.signals import NodeSignals
 from simcalib.data import GraphData, get_spec, graph_digest, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
-from simcalib.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
-from simcalib.homophily import local_homophily
-from simcalib.homophily import summarise as homophily_summary
-from simcalib.homophily import to_json as homophily_json
-from simcalib.integrity import BACKBONE_OPTIONS_COLUMN, CALIBRATOR_DIGEST_COLUMN, CALIBRATOR_OPTIONS_COLUMN
+from simcalib.experiment.splits import Split, get_split, resolve_splits_dir, split_digest, split_source_label
 from simcalib.metrics import compute_metrics
-from simcalib.results_store import AUDIT_COLUMNS
 from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
-from simcalib.splits import Split, get_split, resolve_splits_dir, split_digest, split_source_label
+from simcalib.store.integrity import (
+    BACKBONE_OPTIONS_COLUMN,
+    CALIBRATOR_DIGEST_COLUMN,
+    CALIBRATOR_OPTIONS_COLUMN,
+)
+from simcalib.store.results_store import AUDIT_COLUMNS
 
 
 def backbone_digest(output: BackboneOutput) -> str:
@@ -70,7 +74,7 @@ class ProtocolSettings:
     test_rate: float = 0.85
     data_root: str | None = None
     mirror: str | None = None
-    splits_dir: str | None = None  # fixed split files; None: simcalib.splits.resolve_splits_dir; "none": no files
+    splits_dir: str | None = None  # fixed split files; None: simcalib.experiment.splits.resolve_splits_dir; "none": no files
     cache_dir: str | None = None
     device: str = "auto"
     backbone_overrides: tuple[tuple[str, object], ...] = ()  # e.g. (("max_epochs", 200),)
@@ -144,7 +148,7 @@ def _cache_dataset(dataset: str, graph: GraphData) -> str:
 
 
 def run_definition(run: Run, settings: ProtocolSettings) -> dict[str, str]:
-    """What defines ``run`` besides its seed (the :data:`~simcalib.integrity.DEFINITION_COLUMNS` of its rows):
+    """What defines ``run`` besides its seed (the :data:`~simcalib.store.integrity.DEFINITION_COLUMNS` of its rows):
     the digest of its split's node indices, of the processed graph, and where the split came from. Read from
     the graph and split the run itself uses (:func:`load_graph`, :func:`run_split`)."""
     graph = load_graph(run.dataset, settings)
@@ -158,7 +162,7 @@ def run_definition(run: Run, settings: ProtocolSettings) -> dict[str, str]:
 
 
 def nodes_local_homophily(graph: GraphData, nodes: np.ndarray) -> np.ndarray:
-    """Local homophily (:func:`simcalib.homophily.local_homophily`) of ``nodes`` (the test nodes), from the
+    """Local homophily (:func:`simcalib.analysis.homophily.local_homophily`) of ``nodes`` (the test nodes), from the
     graph's TRUE labels: for the analysis columns only, never given to a calibrator. Computed once per loaded
     graph."""
     homophily = getattr(graph, "_simcalib_local_homophily", None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simcalib.data.gats_splits import published_datasets
-from simcalib.splits import NO_SPLITS_DIR, PAPER_PROTOCOL, protocol_name
+from simcalib.experiment.splits import NO_SPLITS_DIR, PAPER_PROTOCOL, protocol_name
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class DataNeeds:
 
 
 def study_data_needs(study) -> DataNeeds:
-    """The data a validated :class:`simcalib.study.Study` reads. Fixed splits are needed for the datasets with
+    """The data a validated :class:`simcalib.experiment.study.Study` reads. Fixed splits are needed for the datasets with
     published GATS files when one of the study's label rates is the paper's protocol (``5_3f_85``: 15%, 3 folds,
     85% test) and the study does not switch fixed files off (``data.splits_dir: none``); every other split is
     generated from the study seed and needs no file."""

@@ -1,8 +1,8 @@
 """One benchmark run from its plan, and the process pool its runs may use.
 
-:func:`run_planned_benchmark` chains the protocol's units (:mod:`simcalib.protocol`) over the runs of one
-:class:`~simcalib.plan.BenchmarkPlan`, appending each run's rows to ``results.csv``
-(:mod:`simcalib.results_store`) as soon as they exist, so an interrupted benchmark keeps what it computed and
+:func:`run_planned_benchmark` chains the protocol's units (:mod:`simcalib.experiment.protocol`) over the runs of one
+:class:`~simcalib.experiment.plan.BenchmarkPlan`, appending each run's rows to ``results.csv``
+(:mod:`simcalib.store.results_store`) as soon as they exist, so an interrupted benchmark keeps what it computed and
 a restart skips it; :func:`run_benchmark` plans a :class:`BenchmarkRequest` first.
 
 :func:`in_processes` yields ``function(*task)`` of every task as it finishes. Workers are spawned (torch and
@@ -29,9 +29,8 @@ import torch
 
 from simcalib.calibrators import canonical_calibrator
 from simcalib.errors import ConfigError
-from simcalib.integrity import finished_run, results_lock
-from simcalib.plan import BenchmarkPlan, plan_benchmark
-from simcalib.protocol import (
+from simcalib.experiment.plan import BenchmarkPlan, plan_benchmark
+from simcalib.experiment.protocol import (
     FittedCalibrator,
     ProtocolSettings,
     Run,
@@ -41,7 +40,8 @@ from simcalib.protocol import (
     train_run_backbone,
     train_split_backbones,
 )
-from simcalib.results_store import (
+from simcalib.store.integrity import finished_run, results_lock
+from simcalib.store.results_store import (
     append_rows,
     check_results_file,
     check_resume_source,
@@ -208,7 +208,7 @@ def run_benchmark(
     wait: bool = False,
     notify: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
-    """Resolve ``request`` into its plan (:func:`~simcalib.plan.plan_benchmark`) and run it
+    """Resolve ``request`` into its plan (:func:`~simcalib.experiment.plan.plan_benchmark`) and run it
     (:func:`run_planned_benchmark`). ``batch_runs`` sets ``settings.batch_runs`` (the calibrators' view of a
     run must read the same backbones)."""
     if batch_runs != settings.batch_runs:
@@ -238,17 +238,17 @@ def run_planned_benchmark(
 
     ``workers`` > 1 runs that many runs at once in separate processes (one torch thread each). With
     ``plan.settings.batch_runs`` the backbones of a split's runs are trained together
-    (:func:`~simcalib.protocol.train_split_backbones`; another random stream than the per-run trainer, hence
+    (:func:`~simcalib.experiment.protocol.train_split_backbones`; another random stream than the per-run trainer, hence
     other backbones), with ``workers`` > 1 one split per process. ``batch_calibrators``: the calibrators that
-    :func:`~simcalib.protocol.fits_across_runs` are fitted on a split's runs together (the same models to
+    :func:`~simcalib.experiment.protocol.fits_across_runs` are fitted on a split's runs together (the same models to
     float rounding; a split's rows then arrive once all its backbones are there). ``resume_from``: a
     results.csv (e.g. committed under reports/) whose rows of the planned runs are copied into
     ``results.csv`` first, so those runs are not computed again.
 
-    The folder is held for this call (:func:`~simcalib.integrity.results_lock`; another writer: an error, or
+    The folder is held for this call (:func:`~simcalib.store.integrity.results_lock`; another writer: an error, or
     with ``wait`` a wait, announced through ``notify``). Rows already in ``results.csv`` (and those copied by
     ``resume_from``) must be of the plan's split and data definitions and hold no run twice; otherwise
-    nothing is added (:func:`~simcalib.results_store.check_results_file`)."""
+    nothing is added (:func:`~simcalib.store.results_store.check_results_file`)."""
     if resume_from is not None:
         check_resume_source(resume_from)
     with results_lock(plan.out_dir, wait=wait, notify=notify):

@@ -209,9 +209,9 @@ class Study:
         return len(self.splits) * len(self.inits) * len(self.folds)
 
     def settings(self, label_rate: float | None = None):
-        """The :class:`simcalib.protocol.ProtocolSettings` of the study's runs at ``label_rate`` (default: its
+        """The :class:`simcalib.experiment.protocol.ProtocolSettings` of the study's runs at ``label_rate`` (default: its
         first, the only one unless the study sweeps rates)."""
-        from simcalib.protocol import ProtocolSettings
+        from simcalib.experiment.protocol import ProtocolSettings
 
         data = self.spec.data
         rate = self.label_rates[0] if label_rate is None else label_rate

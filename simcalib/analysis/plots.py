@@ -41,7 +41,7 @@ def reliability_diagram_from_bins(count, confidence_sum, correct_sum, ax: Axes |
                                   title: str | None = None, color: str = "tab:blue", legend: bool = True,
                                   ece_pct: float | None = None) -> Axes:
     """The same diagram from per-bin node counts, confidence sums and correct counts (equal-width bins over
-    [0, 1], e.g. pooled :mod:`simcalib.figure_bins`); the ECE is computed from them unless given."""
+    [0, 1], e.g. pooled :mod:`simcalib.analysis.figure_bins`); the ECE is computed from them unless given."""
     ax = ax if ax is not None else _new_axes()
     count, confidence_sum, correct_sum = (np.asarray(a, dtype=float) for a in (count, confidence_sum, correct_sum))
     n_bins = len(count)
@@ -80,7 +80,7 @@ def confidence_histogram(confidences: Mapping[str, np.ndarray], ax: Axes | None 
 
 def confidence_histogram_from_counts(counts: Mapping[str, np.ndarray], ax: Axes | None = None,
                                      title: str | None = None) -> Axes:
-    """The same densities from counts in equal-width bins over [0, 1] (e.g. pooled :mod:`simcalib.figure_bins`)."""
+    """The same densities from counts in equal-width bins over [0, 1] (e.g. pooled :mod:`simcalib.analysis.figure_bins`)."""
     ax = ax if ax is not None else _new_axes((5.0, 3.5))
     palette = sns.color_palette("colorblind", n_colors=max(len(counts), 1))
     for (name, values), color in zip(counts.items(), palette):

@@ -14,7 +14,7 @@ Every question the protocol asks about its input is answered here, once:
 
 A run then reads its settings from the plan: :attr:`BenchmarkPlan.settings` names the fixed-splits folder
 explicitly, so no process looks at ``$SIMCALIB_SPLITS_DIR`` or the checkout again. Each results row still
-records the values of the split and graph it actually used, and :func:`simcalib.integrity.check_append`
+records the values of the split and graph it actually used, and :func:`simcalib.store.integrity.check_append`
 compares them with the plan's (:meth:`BenchmarkPlan.planned_runs`).
 
 The plan is JSON-able (:meth:`StudyPlan.to_json`, :meth:`StudyPlan.from_json`: equal after a round trip),
@@ -35,8 +35,15 @@ from simcalib.backbones import backbone_name
 from simcalib.calibrators import build_calibrator, calibrator_definition, canonical_calibrator
 from simcalib.data import get_spec, graph_digest
 from simcalib.errors import ConfigError, SimCalibError
-from simcalib.protocol import ProtocolSettings, Run, backbone_config, backbone_options, load_graph, run_split
-from simcalib.splits import (
+from simcalib.experiment.protocol import (
+    ProtocolSettings,
+    Run,
+    backbone_config,
+    backbone_options,
+    load_graph,
+    run_split,
+)
+from simcalib.experiment.splits import (
     NO_SPLITS_DIR,
     PAPER_PROTOCOL,
     find_split_file,
@@ -46,7 +53,7 @@ from simcalib.splits import (
     split_source_label,
     split_sources,
 )
-from simcalib.study import Study, probe_external
+from simcalib.experiment.study import Study, probe_external
 
 PLAN_VERSION = 1  # bump when the meaning of a field changes
 
@@ -127,7 +134,7 @@ class BenchmarkPlan:
 
     def planned_runs(self) -> list[dict]:
         """Each run's identity and definition as its rows will record them, for
-        :func:`~simcalib.integrity.check_append` (needs a plan made with the data at hand)."""
+        :func:`~simcalib.store.integrity.check_append` (needs a plan made with the data at hand)."""
         if not self.has_data:
             raise ValueError(f"{self.name}: the plan was made without the data; plan with data=True")
         entries = {entry.split: entry for entry in self.splits}

@@ -39,7 +39,7 @@ SPLITS_ENV = "SIMCALIB_SPLITS_DIR"
 PAPER_PROTOCOL = "5_3f_85"  # the protocol of the GATS fixed split files (5% per fold, 3 folds, 85% test)
 NO_SPLITS_DIR = "none"  # as a splits folder: use no fixed files
 # the fixed splits as they sit beside a checkout of this repository (../shared/datasets/splits)
-CHECKOUT_SPLITS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "splits"
+CHECKOUT_SPLITS = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "splits"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""The analysis behind the report's figures: feature signal, figure bins, homophily, plots."""
