@@ -16,7 +16,7 @@ from simcalib.calibrators import (
     calibrator_seed_name,
     canonical_calibrator,
 )
-from simcalib.calibrators.external import probe_calibrator
+from simcalib.calibrators.probe import probe_calibrator
 from simcalib.cli import main
 from simcalib.data import DATASETS, get_spec, load_dataset
 from simcalib.data.external import graph_from_data

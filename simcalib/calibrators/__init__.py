@@ -6,6 +6,7 @@ configurations of one implementation, not copies. Names are matched case-insensi
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -19,6 +20,7 @@ from simcalib.calibrators.cagcn import CaGCN
 from simcalib.calibrators.defaults import SIMCALIB_DECAY_ALL_WEIGHT_DECAY, default_weight_decay
 from simcalib.calibrators.dirichlet import Dirichlet
 from simcalib.calibrators.ets import ETS
+from simcalib.calibrators.external import find_external_calibrator
 from simcalib.calibrators.gats import GATS
 from simcalib.calibrators.gets import GETS
 from simcalib.calibrators.irm import IRM
@@ -73,9 +75,15 @@ def canonical_calibrator(name: str) -> str:
     try:
         return resolve_name(name, CALIBRATORS, "calibrator")
     except UnknownNameError:
-        from simcalib.calibrators.external import register_external_calibrator
+        found = find_external_calibrator(name, calibrator_names(include_tuned=True))
+        register_calibrator(found.name, found.cls)
+        CALIBRATORS[found.name] = dataclasses.replace(CALIBRATORS[found.name], source=found.source)
+        return found.name
 
-        return register_external_calibrator(name)
+
+def is_external(name: str) -> bool:
+    """Whether the registered calibrator ``name`` comes from another package."""
+    return CALIBRATORS[canonical_calibrator(name)].source is not None
 
 
 def _build_kwargs(entry: CalibratorEntry, dataset: str | None, backbone: str | None, options: dict) -> dict:
@@ -215,7 +223,7 @@ for _w in (0.5, 0.6, 0.8, 0.9):
 
 __all__ = [
     "CALIBRATORS", "ETS", "GATS", "GETS", "HIDDEN_LABEL", "IRM", "TS", "VS", "CaGCN", "CalibrationGraph",
-    "Calibrator", "CalibratorDefinition", "CalibratorEntry", "Dirichlet", "OrderInvariant", "SimCalib", "Spline",
+    "Calibrator", "CalibratorDefinition", "CalibratorEntry", "Dirichlet", "is_external", "OrderInvariant", "SimCalib", "Spline",
     "TemperatureCalibrator", "UnCal", "WATS", "build_calibrator", "calibrator_definition", "calibrator_names",
     "calibrator_seed_name", "canonical_calibrator",
     "default_weight_decay", "register_calibrator",

@@ -24,13 +24,12 @@ import warnings
 
 import torch
 
-from simcalib.data.loading import GraphData
+from simcalib.data.loading import EXTERNAL_GRAPHS, GraphData
 from simcalib.data.registry import DATASETS, DatasetSpec, dataset_names
 from simcalib.entry_points import DATASET_GROUP, NOT_INSTALLED, resolve_external
 from simcalib.errors import ConfigError, SimCalibError
 
 EXTERNAL = "external"  # DatasetSpec.pyg_class of a graph from another package
-_GRAPHS: dict[str, GraphData] = {}  # canonical name -> the checked graph, in this process
 
 
 def register_external_dataset(name: str) -> DatasetSpec:
@@ -51,16 +50,11 @@ def register_external_dataset(name: str) -> DatasetSpec:
     source = (f"{found.reference} from package {found.package} {found.version}" if found.package != NOT_INSTALLED
               else f"{found.reference} (not from an installed package)")
     graph = graph_from_data(found.name, data, source, label)
-    _GRAPHS[found.name] = graph
+    EXTERNAL_GRAPHS[found.name] = graph
     spec = DatasetSpec(found.name, EXTERNAL, None, "", (), 0.0, graph.num_nodes, graph.num_classes,
                        external=found.reference)
     DATASETS[found.name] = spec
     return spec
-
-
-def external_graph(name: str) -> GraphData:
-    """The checked graph of the registered external dataset ``name``."""
-    return _GRAPHS[name]
 
 
 def graph_from_data(name: str, data, source: str, label: str | None = None) -> GraphData:
@@ -143,4 +137,4 @@ def _listed(values: list[int], limit: int = 5) -> str:
     return shown + (f" and {len(values) - limit} more" if len(values) > limit else "")
 
 
-__all__ = ["EXTERNAL", "external_graph", "graph_from_data", "register_external_dataset"]
+__all__ = ["EXTERNAL", "graph_from_data", "register_external_dataset"]

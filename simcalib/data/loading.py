@@ -66,6 +66,10 @@ class GraphData:
         return int(self.edge_index.shape[1])
 
 
+# The graphs from other packages, checked and processed once per process (simcalib.data.external): name -> graph.
+EXTERNAL_GRAPHS: dict[str, GraphData] = {}
+
+
 def graph_digest(graph: GraphData) -> str:
     """16 hex digits of SHA-256 over the processed graph (CSR features, edges, labels), bit-exact: the same
     dataset processed by another torch_geometric version or from other raw files shows as another digest."""
@@ -233,9 +237,7 @@ def load_dataset(
     package (:mod:`simcalib.data.external`)."""
     spec = get_spec(name)
     if spec.external is not None:
-        from simcalib.data.external import external_graph
-
-        return external_graph(spec.name)
+        return EXTERNAL_GRAPHS[spec.name]
     root = data_root(root)
     mirror = mirror_dir(mirror)
     if download is None:

@@ -7,6 +7,7 @@ squirrel_filtered (:class:`simcalib.data.filtered.FilteredWikipediaNetwork`, the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simcalib.errors import UnknownNameError, resolve_name
@@ -98,6 +99,11 @@ def heterophilous_names() -> list[str]:
     return [name for name, spec in DATASETS.items() if spec.heterophilous]
 
 
+# Where a name that is not built in is looked up next (simcalib.data registers the one for other packages' graphs,
+# simcalib.data.external.register_external_dataset): name -> its registered spec, or an error naming the problem.
+SPEC_RESOLVERS: list[Callable[[str], DatasetSpec]] = []
+
+
 def get_spec(name: str) -> DatasetSpec:
     """The spec of ``name`` (case-insensitive; ``CiteSeer`` and ``PubMed`` are accepted too); a name not built in
     is looked up among other packages' graphs (entry points of group ``simcalib.datasets``,
@@ -109,6 +115,6 @@ def get_spec(name: str) -> DatasetSpec:
     try:
         return DATASETS[resolve_name(key, DATASETS, "dataset")]
     except UnknownNameError:
-        from simcalib.data.external import register_external_dataset
-
-        return register_external_dataset(str(name))
+        if not SPEC_RESOLVERS:
+            raise
+        return SPEC_RESOLVERS[0](str(name))

@@ -359,7 +359,7 @@ def _check_names(study: Study) -> None:
         seen[name] = study.line(path)
         plans.append(_calibrator_plan(study, path, name, options, resolve, canonical_calibrator))
     # Options are checked by building each calibrator once per benchmark (cheap: small modules, no data); a
-    # calibrator from another package is also fitted on a small probe graph (simcalib.calibrators.external).
+    # calibrator from another package is also fitted on a small probe graph (simcalib.calibrators.probe).
     probed: set = set()
     for plan in plans:
         if plan.tuned_from is None:
@@ -373,10 +373,10 @@ def _check_names(study: Study) -> None:
 
 
 def probe_external(name: str, dataset: str, backbone: str, options: dict, probed: set | None = None) -> None:
-    """:func:`~simcalib.calibrators.external.probe_calibrator` for a calibrator from another package, once per
+    """:func:`~simcalib.calibrators.probe.probe_calibrator` for a calibrator from another package, once per
     definition and number of classes in ``probed``; nothing for a built-in."""
-    from simcalib.calibrators import calibrator_definition
-    from simcalib.calibrators.external import is_external, probe_calibrator
+    from simcalib.calibrators import calibrator_definition, is_external
+    from simcalib.calibrators.probe import probe_calibrator
     from simcalib.data import get_spec
 
     if not is_external(name):
