@@ -7,11 +7,14 @@ kernel goes first, so that a change in the machine's load hits both alike. It pr
 range over the repetitions of the training step, the evaluation forward and their sum (one epoch of
 ``train_backbone``), and the ratio of the medians (pyg / csr).
 
+``--gcn``: the GCN backbone of the same dataset is timed in the same loop (one more model in the alternation),
+so that both backbones of a study are measured under one load; its epoch is printed beside the GAT kernels'.
+
 Peak memory: each kernel trains a few epochs in a fresh child process of its own, which reports its peak
 resident set (VmHWM, and ``ru_maxrss``) after loading the graph and at the end, so the two peaks never mix.
 
     python benchmarks/gat_attention_speed.py [--datasets Cora,Computers,Physics] [--repeats 9]
-        [--memory-epochs 3] [--threads 1] [--note "..."]
+        [--memory-epochs 3] [--threads 1] [--gcn] [--note "..."]
 
 Uses $SIMCALIB_DATA_MIRROR like the CLI. Timings depend on what else the machine is doing: the load
 average is printed before and after each dataset.
@@ -33,6 +36,7 @@ import warnings
 from peak_memory import ru_maxrss_kib, vm_hwm_kib  # same folder: run as a script
 
 KERNELS = ("pyg", "csr")
+GCN = "gcn"  # the GCN backbone, timed beside the two GAT kernels with --gcn
 
 
 def _load() -> str:
@@ -132,12 +136,15 @@ def _summary(seconds: list[float]) -> str:
     return f"{statistics.median(ms):8.1f} [{min(ms):6.1f}-{max(ms):6.1f}]"
 
 
-def _time_dataset(dataset: str, repeats: int) -> dict:
+def _time_dataset(dataset: str, repeats: int, gcn: bool = False) -> dict:
     import torch
 
     from simcalib.backbones.gat_attention import AttentionGraph
 
     setups = {kernel: setup_backbone(dataset, kernel) for kernel in KERNELS}
+    if gcn:
+        setups[GCN] = setup_backbone(dataset, backbone="GCN")
+    models = tuple(setups)
     edge_index = setups["pyg"][3]
     start = time.perf_counter()
     AttentionGraph.from_edge_index(edge_index, setups["pyg"][4].numel())
@@ -146,13 +153,13 @@ def _time_dataset(dataset: str, repeats: int) -> dict:
         model_pyg, model_csr = setups["pyg"][0].eval(), setups["csr"][0].eval()
         x, graph_pyg, graph_csr = setups["pyg"][2], setups["pyg"][3], setups["csr"][3]
         difference = (model_pyg(x, graph_pyg)[0] - model_csr(x, graph_csr)[0]).abs().max().item()
-    for kernel in KERNELS:  # warm-up: first-call allocations and library initialisation are not timed
+    for kernel in models:  # warm-up: first-call allocations and library initialisation are not timed
         model, optimizer, x, graph, y, train_idx = setups[kernel]
         train_step(model, optimizer, x, graph, y, train_idx)
         eval_forward(model, x, graph)
-    times = {kernel: {"train": [], "eval": [], "epoch": []} for kernel in KERNELS}
+    times = {kernel: {"train": [], "eval": [], "epoch": []} for kernel in models}
     for rep in range(repeats):
-        for kernel in (KERNELS if rep % 2 == 0 else KERNELS[::-1]):
+        for kernel in (models if rep % 2 == 0 else models[::-1]):
             model, optimizer, x, graph, y, train_idx = setups[kernel]
             train = train_step(model, optimizer, x, graph, y, train_idx)
             evaluation = eval_forward(model, x, graph)
@@ -170,6 +177,7 @@ def main() -> None:
     parser.add_argument("--memory-epochs", type=int, default=3, help="epochs of each peak-memory child process")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory child processes")
+    parser.add_argument("--gcn", action="store_true", help="also time the dataset's GCN backbone in the same loop")
     parser.add_argument("--note", default="", help="a line about the machine's state, printed in the header")
     parser.add_argument("--memory-child", nargs=2, metavar=("DATASET", "KERNEL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -194,7 +202,7 @@ def main() -> None:
     print("# times in ms: median [min-max] over the repetitions; ratio = pyg median / csr median")
     for dataset in datasets:
         load_before = _load()
-        result = _time_dataset(dataset, args.repeats)
+        result = _time_dataset(dataset, args.repeats, args.gcn)
         times = result["times"]
         print(f"\n{dataset} GAT: {result['num_nodes']} nodes, {result['num_edges']} edges with self-loops; "
               f"{args.repeats} repetitions; load {load_before} -> {_load()}")
@@ -204,6 +212,9 @@ def main() -> None:
         for part, label in (("train", "train step"), ("eval", "eval forward"), ("epoch", "epoch (both)")):
             ratio = statistics.median(times["pyg"][part]) / statistics.median(times["csr"][part])
             print(f"  {label:18s}{_summary(times['pyg'][part]):>24s}{_summary(times['csr'][part]):>24s}{ratio:7.2f}x")
+        if args.gcn:
+            print(f"  {'GCN backbone':18s}" + "".join(f"  {label} {_summary(times[GCN][part])}" for part, label in
+                                                       (("train", "train"), ("eval", "eval"), ("epoch", "epoch"))))
         if peaks:
             print(f"  peak RSS in MiB, {args.memory_epochs} epochs in a process of its own per kernel: VmHWM "
                   "(ru_maxrss; after loading the graph and building the model in brackets)")
