@@ -1,0 +1,115 @@
+"""benchmarks/measured_study_cost.py: the makespan of a job order, the projection of calibrators without rows, and
+the parsing of the outputs it reads (an earlier output of itself, gat_attention_speed.py's epoch lines)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import PROJECT_ROOT
+
+from simcalib.errors import ConfigError
+
+SCRIPT = PROJECT_ROOT / "benchmarks" / "measured_study_cost.py"
+
+
+@pytest.fixture(scope="module")
+def cost():
+    spec = importlib.util.spec_from_file_location("measured_study_cost", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("durations,workers,expected", [
+    ([1, 1, 1, 1, 4], 2, 6),  # the long job last: one worker idles while the other runs it
+    ([4, 1, 1, 1, 1], 2, 4),  # longest first: the short jobs fill the other worker
+    ([3, 3, 2, 2, 2], 2, 7),
+    ([3, 3, 2, 2, 2], 3, 5),
+    ([5, 2], 1, 7),
+    ([], 2, 0),
+])
+def test_makespan_puts_each_job_on_the_worker_free_first(cost, durations, workers, expected):
+    assert cost.makespan(durations, workers) == expected
+
+
+def test_makespan_refuses_no_workers(cost):
+    with pytest.raises(ConfigError, match="at least one worker"):
+        cost.makespan([1.0], 0)
+
+
+NODES = {"Small": 1000, "Mid": 2000, "Big": 10000}
+
+
+def _fits(values: dict[tuple[str, str], dict[str, float]]) -> pd.DataFrame:
+    return pd.DataFrame.from_dict(values, orient="index").astype(float)
+
+
+def test_a_missing_fit_is_scaled_by_node_count_from_the_nearest_benchmark_of_the_same_backbone(cost):
+    fits = _fits({
+        ("Small", "GCN"): {"A": 1.0, "B": 2.0},
+        ("Mid", "GCN"): {"A": 3.0, "B": 4.0},
+        ("Mid", "GAT"): {"A": 50.0, "B": 6.0},
+        ("Big", "GCN"): {"A": np.nan, "B": 8.0},
+    })
+    filled, sources = cost.fill_unmeasured(fits, NODES)
+    # Mid GCN: same backbone and nearer in node count than Small GCN; Mid GAT is passed over for its backbone
+    assert sources == {("Big", "GCN", "A"): ("Mid", "GCN")}
+    assert filled.loc[("Big", "GCN"), "A"] == pytest.approx(3.0 * 10000 / 2000)
+    assert filled.drop(columns="A").equals(fits.drop(columns="A"))  # measured cells untouched
+    assert math.isnan(fits.loc[("Big", "GCN"), "A"])  # the input is not changed
+
+
+def test_another_backbone_is_the_source_only_when_its_own_has_no_row(cost):
+    fits = _fits({("Small", "GAT"): {"A": 2.0}, ("Big", "GCN"): {"A": np.nan}})
+    filled, sources = cost.fill_unmeasured(fits, NODES)
+    assert sources == {("Big", "GCN", "A"): ("Small", "GAT")}
+    assert filled.loc[("Big", "GCN"), "A"] == pytest.approx(20.0)
+
+
+def test_a_calibrator_without_any_row_stays_missing(cost):
+    fits = _fits({("Small", "GCN"): {"A": 1.0, "B": np.nan}, ("Big", "GCN"): {"A": 2.0, "B": np.nan}})
+    filled, sources = cost.fill_unmeasured(fits, NODES)
+    assert sources == {} and filled["B"].isna().all()
+
+
+def test_the_rule_is_checked_on_cells_that_have_rows(cost):
+    # A scales with node count exactly, B not at all; C has a missing cell, so it cannot be checked
+    fits = _fits({
+        ("Small", "GCN"): {"A": 1.0, "B": 5.0, "C": 1.0},
+        ("Big", "GCN"): {"A": 10.0, "B": 5.0, "C": np.nan},
+    })
+    ratios = cost.check_projection(fits, NODES, [("Big", "GCN")])
+    assert ratios.to_dict() == pytest.approx({"A": 1.0, "B": 10.0})
+
+
+def test_read_earlier_takes_epochs_and_seconds_per_epoch_of_each_benchmark(cost, tmp_path):
+    path = tmp_path / "earlier.txt"
+    path.write_text(
+        "# python benchmarks/measured_study_cost.py ...\n"
+        "benchmark       runs backbones  s/epoch  epochs backbone s  calib s   run s  per calibrator: mean fit s\n"
+        "Cora GCN          75        76    0.014     785       10.8     20.6    31.4   5/12  UnCal=0.0 TS=0.2\n"
+        "Computers GAT     15       15*    1.897     882     1672.5     87.9  1760.4  UnCal=0.0\n"
+        "the whole of study/offline.yaml (75 runs per benchmark) on the 12 benchmarks measured: 80.4 CPU-hours\n")
+    assert cost.read_earlier(path) == {
+        ("Cora", "GCN"): {"epochs": 785.0, "s_per_epoch": 0.014, "seconds": 10.8},
+        ("Computers", "GAT"): {"epochs": 882.0, "s_per_epoch": 1.897, "seconds": 1672.5},
+    }
+
+
+def test_read_epoch_times_takes_the_medians_of_each_dataset_in_seconds(cost, tmp_path):
+    path = tmp_path / "speed.txt"
+    path.write_text(
+        "Cora GAT: 2708 nodes, 13264 edges with self-loops; 5 repetitions; load 5.30 -> 5.35\n"
+        "                                         pyg                     csr   ratio\n"
+        "  train step           111.8 [ 107.1- 116.6]    92.2 [  91.6-  92.9]   1.21x\n"
+        "  epoch (both)         153.3 [ 151.3- 155.3]   113.5 [ 113.0- 114.0]   1.35x\n"
+        "  GCN backbone        train     30.7 [  30.2-  31.2]  eval      6.8 [   2.7-  10.8]  epoch     37.5 [  32.9-  42.0]\n"
+        "\nPhysics GAT: 34493 nodes, 530417 edges with self-loops; 5 repetitions\n"
+        "  epoch (both)        1110.1 [1082.0-1150.0]   472.9 [ 459.5- 482.6]   2.35x\n")
+    times = cost.read_epoch_times([path])
+    assert times == pytest.approx({("Cora", "pyg"): 0.1533, ("Cora", "csr"): 0.1135, ("Cora", "gcn"): 0.0375,
+                                   ("Physics", "pyg"): 1.1101, ("Physics", "csr"): 0.4729})
