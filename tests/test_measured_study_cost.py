@@ -52,11 +52,12 @@ def test_a_missing_fit_is_scaled_by_node_count_from_the_nearest_benchmark_of_the
     fits = _fits({
         ("Small", "GCN"): {"A": 1.0, "B": 2.0},
         ("Mid", "GCN"): {"A": 3.0, "B": 4.0},
-        ("Mid", "GAT"): {"A": 50.0, "B": 6.0},
+        ("Big", "GAT"): {"A": 50.0, "B": 6.0},
         ("Big", "GCN"): {"A": np.nan, "B": 8.0},
     })
     filled, sources = cost.fill_unmeasured(fits, NODES)
-    # Mid GCN: same backbone and nearer in node count than Small GCN; Mid GAT is passed over for its backbone
+    # Mid GCN: same backbone and nearer in node count than Small GCN; Big GAT (same graph) is passed over for its
+    # backbone
     assert sources == {("Big", "GCN", "A"): ("Mid", "GCN")}
     assert filled.loc[("Big", "GCN"), "A"] == pytest.approx(3.0 * 10000 / 2000)
     assert filled.drop(columns="A").equals(fits.drop(columns="A"))  # measured cells untouched
