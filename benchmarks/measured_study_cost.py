@@ -21,8 +21,10 @@ many of the benchmark's calibrators were scaled), so the "after" projection neve
 to the early stop (and its seconds per epoch) from there. ``--epoch-times``: outputs of ``gat_attention_speed.py
 --gcn`` (per dataset: the median epoch of the GAT backbone with each attention kernel and of the GCN backbone,
 measured in one loop under one load). With them a backbone costs epochs x today's seconds per epoch of the kernel
-that the study uses (``backbone: {attention: ...}``); a cross-check beside it scales the earlier seconds per epoch
-of ``--epochs-from`` (torch_geometric's ``GATConv``) by the measured kernel ratio instead (GCN: unchanged).
+that the study uses (``backbone: {attention: ...}``). ``--epoch-basis earlier-scaled`` instead keeps the earlier
+seconds per epoch of ``--epochs-from`` (GAT timed with torch_geometric's ``GATConv``, "pyg") and scales a GAT
+epoch by today's measured ratio (study's kernel / pyg); GCN as it was. Epoch times measured under a heavy load
+carry the load; the ratio of two kernels timed alternately carries much less of it.
 
 A calibrator of the study with no row on a benchmark is never left out: its fit seconds are projected from the
 same calibrator on the most similar benchmark with rows (the same backbone first, then the nearest node count),
@@ -35,7 +37,7 @@ the flow submits them) against longest first, and whole benchmarks as jobs (one 
         [--cache .cache/simcalib] [--study study/offline.yaml] \\
         [--across-runs reports/performance/calibrators_across_runs_*.txt] \\
         [--epochs-from reports/performance/measured_study_cost.txt] \\
-        [--epoch-times reports/performance/gat_attention_speed_six.txt] [--schedule]
+        [--epoch-times reports/performance/gat_attention_speed_six.txt] [--epoch-basis earlier-scaled] [--schedule]
 """
 
 from __future__ import annotations
@@ -226,6 +228,9 @@ def main() -> int:
                              "of the benchmarks without a cached backbone")
     parser.add_argument("--epoch-times", nargs="*", type=Path, default=[],
                         help="outputs of gat_attention_speed.py --gcn: today's seconds per epoch of each backbone")
+    parser.add_argument("--epoch-basis", choices=["today", "earlier-scaled"], default="today",
+                        help="with --epoch-times: today's seconds per epoch, or the earlier ones of --epochs-from with a "
+                             "GAT epoch scaled by today's kernel ratio")
     parser.add_argument("--schedule", action="store_true",
                         help="print the makespan of the study's order against longest first")
     args = parser.parse_args()
@@ -272,11 +277,11 @@ def main() -> int:
     filled, projected_from = fill_unmeasured(fits, nodes)
 
     after_header = f" {'calib s after':>13} {'run s after':>11} {'scaled':>6}" if ratios else ""
-    check_header = f" {'backbone s x ratio':>18}" if epoch_times and earlier else ""
     print(f"{'benchmark':<15} {'runs':>4} {'backbones':>9} {'s/epoch':>8} {'epochs':>7} {'backbone s':>10} "
-          f"{'calib s':>8} {'run s':>7}{after_header}{check_header}  per calibrator: mean fit s (~ projected)")
+          f"{'calib s':>8} {'run s':>7}{after_header}  per calibrator: mean fit s (~ projected)")
     measured: list[tuple[int, float, float]] = []  # per benchmark: runs done, run seconds before and after
-    checks, remaining, remaining_jobs, whole_jobs = [], [], [], []
+    backbone_total = 0.0
+    remaining, remaining_jobs, whole_jobs = [], [], []
     for dataset, backbone in study.benchmarks():
         if (dataset, backbone) not in benchmarks:
             count = next(c for d, b, c in unmeasured if (d, b) == (dataset, backbone))
@@ -286,18 +291,22 @@ def main() -> int:
         s_per_epoch, backbone_s = info["s_per_epoch"], info["seconds"]
         if epoch_times:
             kernel = attention if backbone == "GAT" else "gcn"
-            if (dataset, kernel) not in epoch_times:
-                sys.exit(f"--epoch-times has no {kernel} epoch of {dataset}: measure it with "
-                         f"benchmarks/gat_attention_speed.py --datasets {dataset} --gcn")
-            s_per_epoch = epoch_times[dataset, kernel]
-            backbone_s = info["epochs"] * s_per_epoch
-        check = ""
-        if check_header:
-            # the earlier seconds per epoch (GATConv) scaled by today's kernel ratio; GCN as it was
-            ratio = epoch_times[dataset, attention] / epoch_times[dataset, "pyg"] if backbone == "GAT" else 1.0
-            checked = info["epochs"] * info["s_per_epoch"] * ratio if info["earlier"] else float("nan")
-            checks.append((dataset, backbone, checked, filled.loc[(dataset, backbone)].sum()))
-            check = f" {checked:>18.1f}"
+            needed = [kernel] if args.epoch_basis == "today" else [attention, "pyg"] if backbone == "GAT" else []
+            for name in needed:
+                if (dataset, name) not in epoch_times:
+                    sys.exit(f"--epoch-times has no {name} epoch of {dataset}: measure it with "
+                             f"benchmarks/gat_attention_speed.py --datasets {dataset} --gcn")
+            if args.epoch_basis == "today":
+                s_per_epoch = epoch_times[dataset, kernel]
+                backbone_s = info["epochs"] * s_per_epoch
+            elif not info["earlier"]:
+                sys.exit(f"--epoch-basis earlier-scaled scales the GATConv timings of --epochs-from, but {dataset} "
+                         f"{backbone} takes its backbone from the cache {args.cache}, which does not record the kernel; "
+                         "use --epoch-basis today or another --cache")
+            else:  # the earlier backbone seconds (GATConv) x today's (study's kernel / pyg); GCN as it was
+                ratio = epoch_times[dataset, attention] / epoch_times[dataset, "pyg"] if backbone == "GAT" else 1.0
+                backbone_s = info["seconds"] * ratio
+                s_per_epoch = backbone_s / info["epochs"]
         fit = filled.loc[(dataset, backbone)]
         calib_s = float(np.nansum(fit.to_numpy()))
         run_s = backbone_s + calib_s
@@ -309,6 +318,7 @@ def main() -> int:
             run_after = backbone_s + calib_after
             after = f" {calib_after:>13.1f} {run_after:>11.1f} {len(scaled):>3}/{len(names):<2}"
         measured.append((info["done"], run_s, run_after))
+        backbone_total += runs_asked * backbone_s
         whole_jobs.append((f"{dataset} {backbone}", [run_s] * runs_asked))
         # the rest to runs_asked: a backbone per run without any row, each calibrator's missing fits
         missing_runs = max(runs_asked - info["with_rows"], 0)
@@ -323,7 +333,7 @@ def main() -> int:
         per = " ".join(f"{n}={v:.1f}{'~' if (dataset, backbone, n) in projected_from else ''}"
                        for n, v in fit.items() if np.isfinite(v))
         print(f"{dataset + ' ' + backbone:<15} {info['done']:>4} {info['backbones']:>9} {s_per_epoch:>8.3f} "
-              f"{info['epochs']:>7.0f} {backbone_s:>10.1f} {calib_s:>8.1f} {run_s:>7.1f}{after}{check}  {per}")
+              f"{info['epochs']:>7.0f} {backbone_s:>10.1f} {calib_s:>8.1f} {run_s:>7.1f}{after}  {per}")
 
     def projected(seconds: float) -> str:
         return f"{seconds / 3600:.1f} CPU-hours, {seconds / workers / 3600:.1f} h wall on {workers} worker processes"
@@ -333,9 +343,12 @@ def main() -> int:
         print("\n* no cached backbone matches a digest of the study's rows (other machine): every cached one counts")
     if any(info["earlier"] for info in benchmarks.values()):
         print(f"\nbackbones 0: no cached backbone; epochs to the early stop from {args.epochs_from}")
-    if epoch_times:
+    if epoch_times and args.epoch_basis == "today":
         print(f"s/epoch: today's epoch ({', '.join(map(str, args.epoch_times))}), GAT with the {attention} kernel "
               "(the study's), GCN as measured there")
+    elif epoch_times:
+        print(f"s/epoch: {args.epochs_from}'s, GAT x today's {attention}/pyg epoch ratio "
+              f"({', '.join(map(str, args.epoch_times))}), GCN unchanged")
     if projected_from:
         print("\n~ no row on the benchmark; projected from the same calibrator on the most similar benchmark with rows "
               "(same backbone, nearest node count), scaled by node count:")
@@ -353,12 +366,10 @@ def main() -> int:
         print(f"\nno row on any benchmark, left out of every total: {', '.join(nowhere)}")
     print(f"\nthe whole of {args.study} ({runs_asked} runs per benchmark) on the {len(measured)} benchmarks measured: "
           f"{projected(sum(runs_asked * before for _, before, _ in measured))}")
+    whole_s = sum(runs_asked * before for _, before, _ in measured)
+    print(f"  of which backbones {_hours(backbone_total)}, calibrators {_hours(whole_s - backbone_total)} CPU-hours")
     if ratios:
         print(f"{after_label}: {projected(sum(runs_asked * after for _, _, after in measured))}")
-    if checks:
-        whole = sum(runs_asked * (b + c) for _, _, b, c in checks if np.isfinite(b))
-        print(f"cross-check, earlier s/epoch x today's {attention}/pyg epoch ratio (GCN unchanged) on the "
-              f"{sum(np.isfinite(b) for _, _, b, _ in checks)} benchmarks with an earlier line: {projected(whole)}")
     print(f"\nremaining runs of {args.study} to {runs_asked} per benchmark: {projected(sum(r[3] for r in remaining))} "
           "(a backbone per run without rows, each calibrator's missing fits)")
     for name, with_rows, missing_runs, rest_s, _, short in remaining:
