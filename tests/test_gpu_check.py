@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
 import pytest
 import torch
-from conftest import PROJECT_ROOT
+from conftest import PROJECT_ROOT, load_script
 
 SCRIPT = PROJECT_ROOT / "benchmarks" / "gpu_check.py"
 
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present: the script would run its checks")

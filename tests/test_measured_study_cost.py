@@ -3,13 +3,12 @@ the parsing of the outputs it reads (an earlier output of itself, gat_attention_
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import PROJECT_ROOT
+from conftest import PROJECT_ROOT, load_script
 
 from simcalib.errors import ConfigError
 
@@ -18,10 +17,7 @@ SCRIPT = PROJECT_ROOT / "benchmarks" / "measured_study_cost.py"
 
 @pytest.fixture(scope="module")
 def cost():
-    spec = importlib.util.spec_from_file_location("measured_study_cost", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.mark.parametrize("durations,workers,expected", [
