@@ -31,11 +31,13 @@ def load_script(path: Path):
     spec.loader.exec_module(module)
     return module
 
+
 # Each pytest-xdist worker ("gw0", "gw1", ...) keeps Prefect's home (profiles, a Prefect server's files) in a
 # folder of its own, set before anything imports Prefect. Temporary folders are per worker already (tmp_path).
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if WORKER:
     os.environ["PREFECT_HOME"] = str(Path(os.environ.get("PREFECT_HOME") or PROJECT_ROOT / ".prefect") / WORKER)
+    Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)  # Prefect makes one level only (a clean clone)
 SHARED = Path(os.environ.get("SIMCALIB_SHARED_DIR", PROJECT_ROOT.parent / "shared"))
 MIRROR = SHARED / "datasets" / "pyg"
 SPLITS = SHARED / "datasets" / "splits"
