@@ -715,8 +715,8 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
     out_dir = Path(out_dir)
     study, paper = load_inputs(results_dir, paper_dir, splits)
     if not compare_paper:
-        paper = PaperTables(None, paper.long.iloc[0:0], ["The paper reports none of these graphs: no table is "
-                                                         "compared with its tables."])
+        paper = PaperTables(None, paper.long.iloc[0:0], ["No table of this report is compared with the paper's "
+                                                         "(its manifest entry says paper: false)."])
     sweep = None if data_efficiency is None else select_splits(load_study_results(data_efficiency), splits)
     tables = build_tables(study, paper)
     files = write_tables(tables, out_dir) + write_grid_choices(study, out_dir)

@@ -157,7 +157,7 @@ def test_a_manifest_entry_with_paper_false_compares_no_table_with_the_paper(tmp_
     manifest.write_text(entry + "  paper: false\n")
     assert main(["report", "--every", str(manifest), "--theory-reps", "20", "--paper-dir", str(paper_dir)]) == 0
     md = (out / "report.md").read_text()
-    assert "ours vs paper" not in md and "The paper reports none of these graphs" in md
+    assert "ours vs paper" not in md and "No table of this report is compared with the paper's" in md
 
 
 def test_a_manifest_entry_draws_data_efficiency_from_its_sweep_without_its_rows_entering_the_tables(tmp_path):
