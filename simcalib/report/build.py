@@ -657,12 +657,11 @@ def one_class_blocks(rows: pd.DataFrame) -> list[Block]:
     rows are flagged ``one_class_backbone``): ECE and accuracy there say little about calibration."""
     if "one_class_backbone" not in rows.columns or rows.empty:
         return []
-    flagged = rows["one_class_backbone"].astype(str).str.lower() == "true"
-    if not flagged.any():
-        return []
     runs = rows.drop_duplicates(subset=["dataset", "backbone", "split", "init", "fold"])
-    runs_flagged = runs[runs["one_class_backbone"].astype(str).str.lower() == "true"]
-    counts = runs_flagged.groupby(["dataset", "backbone"]).size()
+    flagged = runs[runs["one_class_backbone"].astype(str).str.lower() == "true"]  # a run's rows share its backbone
+    if flagged.empty:
+        return []
+    counts = flagged.groupby(["dataset", "backbone"]).size()
     totals = runs.groupby(["dataset", "backbone"]).size()
     parts = [f"{d} {b}: {counts[(d, b)]} of {totals[(d, b)]} runs" for d, b in sorted_benchmarks(counts.index)]
     return [Paragraph("**Backbones that predict one class only** (every test node gets the same top-1 class; rows "
@@ -729,8 +728,7 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
     files += theory_result.paths
     homophily = write_homophily(study.main_rows(), out_dir)
     if homophily is not None:
-        files += [out_dir / "tables" / "homophily_groups_ece.csv", out_dir / "tables" / "calibrator_choice.csv",
-                  out_dir / "significance" / "paired_runs_low_homophily.csv", *homophily.figure]
+        files += homophily.files
     summary = report_summary(study, tables, sig)
     summary_md = write_summary(summary, out_dir)  # the summary alone, for a README to embed (``summary_in``)
     files.append(summary_md)

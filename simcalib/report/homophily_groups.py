@@ -253,7 +253,8 @@ class HomophilyOutputs:
     means: pd.DataFrame
     low_tests: pd.DataFrame
     choice: pd.DataFrame
-    figure: list[Path]
+    figure: list[Path]  # the PNG and the PDF; empty when nothing could be drawn
+    files: list[Path]  # every file written, the figure's included
 
 
 def write_homophily(rows: pd.DataFrame, out_dir: Path) -> HomophilyOutputs | None:
@@ -266,14 +267,16 @@ def write_homophily(rows: pd.DataFrame, out_dir: Path) -> HomophilyOutputs | Non
     means = group_means(frame)
     tests = low_group_tests(frame)
     choice = choice_table(rows)
-    (out_dir / "tables").mkdir(parents=True, exist_ok=True)
-    (out_dir / "significance").mkdir(parents=True, exist_ok=True)
-    means.to_csv(out_dir / "tables" / "homophily_groups_ece.csv", index=False, float_format="%.6g")
-    choice.to_csv(out_dir / "tables" / "calibrator_choice.csv", index=False, float_format="%.6g")
-    tests.to_csv(out_dir / "significance" / "paired_runs_low_homophily.csv", index=False, float_format="%.6g")
+    files = []
+    for table, folder, stem in ((means, "tables", "homophily_groups_ece"), (choice, "tables", "calibrator_choice"),
+                                (tests, "significance", "paired_runs_low_homophily")):
+        path = out_dir / folder / f"{stem}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(path, index=False, float_format="%.6g")
+        files.append(path)
     fig = homophily_figure(means)
-    paths = [] if fig is None else save_figure(fig, out_dir / "figures", "homophily_groups_ece")
-    return HomophilyOutputs(means, tests, choice, paths)
+    figure = [] if fig is None else save_figure(fig, out_dir / "figures", "homophily_groups_ece")
+    return HomophilyOutputs(means, tests, choice, figure, files + figure)
 
 
 def _answer(tests: pd.DataFrame) -> str:
