@@ -99,9 +99,15 @@ def heterophilous_names() -> list[str]:
     return [name for name, spec in DATASETS.items() if spec.heterophilous]
 
 
-# Where a name that is not built in is looked up next (simcalib.data registers the one for other packages' graphs,
-# simcalib.data.external.register_external_dataset): name -> its registered spec, or an error naming the problem.
-SPEC_RESOLVERS: list[Callable[[str], DatasetSpec]] = []
+# Where a name that is not built in is looked up next: other packages' graphs (simcalib.data sets it to
+# simcalib.data.external.register_external_dataset; the registry does not import that module, which imports it).
+_external_resolver: Callable[[str], DatasetSpec] | None = None
+
+
+def set_external_resolver(resolver: Callable[[str], DatasetSpec]) -> None:
+    """``resolver(name)``: the registered spec of a graph from another package, or an error naming the problem."""
+    global _external_resolver
+    _external_resolver = resolver
 
 
 def get_spec(name: str) -> DatasetSpec:
@@ -115,6 +121,6 @@ def get_spec(name: str) -> DatasetSpec:
     try:
         return DATASETS[resolve_name(key, DATASETS, "dataset")]
     except UnknownNameError:
-        if not SPEC_RESOLVERS:
+        if _external_resolver is None:
             raise
-        return SPEC_RESOLVERS[0](str(name))
+        return _external_resolver(str(name))
