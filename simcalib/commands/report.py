@@ -122,11 +122,12 @@ def run_every(args: argparse.Namespace) -> int:
     entries = read_manifest(args.every)
     if args.only:
         outs = [str(e["out"]).rstrip("/") for e in entries]
-        unknown = [o for o in args.only if o.rstrip("/") not in outs]
+        wanted = {o.rstrip("/") for o in args.only}
+        unknown = sorted(wanted - set(outs))
         if unknown:
             raise ConfigError(f"--only {', '.join(unknown)}: no entry of {args.every} has that out folder; its "
                               f"entries: {', '.join(outs)}")
-        entries = [e for e in entries if str(e["out"]).rstrip("/") in {o.rstrip("/") for o in args.only}]
+        entries = [e for e, out in zip(entries, outs) if out in wanted]
     for entry in entries:
         outputs = build_report(entry["results"], entry["out"], args.paper_dir, entry["title"], args.theory_reps,
                                args.seed, splits=entry.get("splits"), keep_figures=True, regenerate=command,
