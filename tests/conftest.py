@@ -22,16 +22,6 @@ from synthetic_graphs import make_sbm_graph  # noqa: E402
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_script(path: Path):
-    """A script of ``benchmarks/`` imported as a module (it is not a package), for testing its functions."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # Each pytest-xdist worker ("gw0", "gw1", ...) keeps Prefect's home (profiles, a Prefect server's files) in a
 # folder of its own, set before anything imports Prefect. Temporary folders are per worker already (tmp_path).
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")

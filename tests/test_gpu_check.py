@@ -7,7 +7,8 @@ import sys
 
 import pytest
 import torch
-from conftest import PROJECT_ROOT, load_script
+from benchmark_scripts import load_script
+from conftest import PROJECT_ROOT
 
 SCRIPT = PROJECT_ROOT / "benchmarks" / "gpu_check.py"
 

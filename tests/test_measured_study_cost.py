@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import PROJECT_ROOT, load_script
+from benchmark_scripts import load_script
+from conftest import PROJECT_ROOT
 
 from simcalib.errors import ConfigError
 

@@ -1,0 +1,13 @@
+"""A script of ``benchmarks/`` imported as a module (it is not a package), for testing its functions."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+
+def load_script(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
