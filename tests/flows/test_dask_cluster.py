@@ -23,9 +23,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 from study_helpers import PROJECT_ROOT, numbers
 
-# ~4.5 min for the three tests on a shared 2-core machine at load ~8 (`make test-slow`); each test is bounded,
-# and the cluster's processes are killed in the fixture's teardown when it fails or times out.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900, method="signal")]
+# The rows test is in the default suite (108 s with the cluster's start on a 2-core machine at load ~4); the
+# two worker-killed tests are slow-marked (`make test-slow`; ~4.5 min for all three at load ~8). Each test is
+# bounded, and the cluster's processes are killed in the fixture's teardown when it fails or times out.
+pytestmark = pytest.mark.timeout(900, method="signal")
 
 WORKERS = ("w0", "w1")
 START_TIMEOUT = 120  # s, scheduler up and both workers registered (imports on a loaded 2-core machine)
@@ -162,6 +163,7 @@ def _kill_a_busy_worker_after_the_first_calibration(cluster: DaskCluster, task_r
     killed["error"] = f"no calibrate result in {task_results} within {timeout} s"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("allowed_failures", [3, 0], ids=["dask-reschedules", "study-resumed"])
 def test_a_worker_killed_mid_study_loses_and_duplicates_no_row(reference, study_env, dask_cluster, allowed_failures):
     """Dask's default (3 allowed failures) runs a task lost with its worker again on another worker; with 0,
