@@ -104,6 +104,15 @@ def calibrate_across_runs_key(runs: list[Run], settings: ProtocolSettings, calib
     return f"calibrate-runs-{first.dataset}-{first.backbone}-s{first.split}-{len(runs)}runs-{calibrator}-{_digest(identity)}"
 
 
+def benchmark_key(runs: list[Run], settings: ProtocolSettings, calibrator_options: dict[str, dict | None],
+                  together: set[str]) -> str:
+    """Key of a whole benchmark's rows: every run x calibrator task key, and which calibrators are fitted on a
+    split's runs together (their rows differ from per-run fits by rounding). Equal keys: equal rows."""
+    keys = sorted(calibrate_key(run, settings, name, options) + ("+runs" if name in together else "")
+                  for run in runs for name, options in calibrator_options.items())
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:20]
+
+
 def pretrain_cache_key_fn(context, parameters: dict) -> str:
     """Prefect ``cache_key_fn`` of the pretrain task."""
     return pretrain_key(parameters["run"], parameters["settings"])
@@ -121,6 +130,6 @@ def calibrate_across_runs_cache_key_fn(context, parameters: dict) -> str:
 
 
 __all__ = [
-    "calibrate_across_runs_cache_key_fn", "calibrate_across_runs_key", "calibrate_cache_key_fn", "calibrate_key",
-    "library_fingerprint", "pretrain_cache_key_fn", "pretrain_key", "run_identity",
+    "benchmark_key", "calibrate_across_runs_cache_key_fn", "calibrate_across_runs_key", "calibrate_cache_key_fn",
+    "calibrate_key", "library_fingerprint", "pretrain_cache_key_fn", "pretrain_key", "run_identity",
 ]

@@ -14,7 +14,10 @@ Shape of one study (``simcalib study run study/quick.yaml``, or a deployment in 
 
 ``pretrain`` and ``calibrate`` persist their results under a key of everything their numbers depend on
 (:mod:`flows.caching`), in ``<output>/task-results``: a study killed at any moment and started again
-reuses every finished task and ends with the same numbers. The tasks are plain functions underneath
+reuses every finished task and ends with the same numbers. A benchmark already complete is not even submitted:
+``aggregate`` writes ``completion.json`` beside its ``results.csv`` (the benchmark's key over all its task keys,
+the file's SHA-256, the backbone statistics), and a later run whose plan gives the same key takes the rows from
+the file (replaying thousands of cached tasks costs about 0.4 s each). The tasks are plain functions underneath
 (``pretrain.fn(...)``) and can be tested without Prefect.
 
 The flow holds the study's output folder for its whole run, and each benchmark folder while writing it
@@ -27,6 +30,8 @@ process after its N-th finished calibrate task (for fault-injection tests).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import threading
 from dataclasses import dataclass, field
@@ -37,7 +42,12 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 
-from flows.caching import calibrate_across_runs_cache_key_fn, calibrate_cache_key_fn, pretrain_cache_key_fn
+from flows.caching import (
+    benchmark_key,
+    calibrate_across_runs_cache_key_fn,
+    calibrate_cache_key_fn,
+    pretrain_cache_key_fn,
+)
 from flows.runners import make_task_runner, shared_api_server
 from simcalib.errors import SimCalibError
 from simcalib.experiment.plan import BenchmarkPlan, StudyPlan, plan_study
@@ -56,6 +66,7 @@ from simcalib.store.integrity import check_append, check_results, finished_run, 
 from simcalib.store.results_store import append_rows, check_results_file, read_results, summarize
 
 TASK_RESULTS = "task-results"  # under the study's output folder
+COMPLETION = "completion.json"  # beside a benchmark's results.csv: what the finished file was computed from
 PAPER_DIR_ENV = "SIMCALIB_PAPER_DIR"
 
 # torch's random state is process-global: seeded computations in one process run one at a time, so a
@@ -151,6 +162,34 @@ def write_benchmark_results(dataset: str, backbone: str, rows: list[dict], out_d
             "rows": len(frame)}
 
 
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def record_completion(out_dir: Path, key: str, backbone_stats: list[dict]) -> None:
+    """Write ``completion.json``: ``results.csv`` there is the complete output of the benchmark with ``key``."""
+    record = {"benchmark_key": key, "results_sha256": _file_sha256(out_dir / "results.csv"),
+              "backbone_stats": backbone_stats}
+    partial = out_dir / (COMPLETION + ".part")
+    partial.write_text(json.dumps(record, indent=1))
+    partial.replace(out_dir / COMPLETION)
+
+
+def completed_benchmark(out_dir: Path, key: str) -> list[dict] | None:
+    """The backbone statistics of the benchmark in ``out_dir`` when its ``results.csv`` is the complete output of
+    ``key`` (same task keys, file unchanged since it was written); else None (its tasks are submitted again)."""
+    results, completion = out_dir / "results.csv", out_dir / COMPLETION
+    if not (results.is_file() and completion.is_file()):
+        return None
+    try:
+        record = json.loads(completion.read_text())
+    except ValueError:
+        return None
+    if record.get("benchmark_key") != key or record.get("results_sha256") != _file_sha256(results):
+        return None
+    return record.get("backbone_stats", [])
+
+
 _RUN = "{run.dataset}-{run.backbone}-s{run.split}-i{run.init}-f{run.fold}"
 pretrain = task(pretrain_backbone, name="pretrain", task_run_name=f"pretrain-{_RUN}",
                 cache_key_fn=pretrain_cache_key_fn, persist_result=True, result_serializer="json")
@@ -238,11 +277,18 @@ def run_study(plan: dict) -> dict:
 
     pretrains: dict = {}  # future -> (plan, run)
     calibrations: dict = {}  # future -> (plan, [runs], calibrator): one run, or a split's runs fitted together
+    keys: dict[str, str] = {}  # benchmark -> its key (flows.caching.benchmark_key)
+    complete: dict[str, list[dict]] = {}  # benchmarks whose results.csv is this plan's output -> backbone stats
     for plan in plans:
+        together = {name for name in plan.calibrator_names if execution.batch_calibrators and fits_across_runs(name)}
+        keys[plan.name] = benchmark_key(plan.runs, plan.settings, plan.calibrator_options, together)
+        stats = completed_benchmark(plan.out_dir, keys[plan.name])
+        if stats is not None:
+            complete[plan.name] = stats
+            continue
         # absolute, like the task-results folder: a worker resolves a relative path against its own directory
         predictions = str((plan.out_dir / "predictions").resolve()) if execution.save_predictions else None
         split_futures = _submit_split_batches(plan, threads, execution.models_per_batch)
-        together = {name for name in plan.calibrator_names if execution.batch_calibrators and fits_across_runs(name)}
         backbones: dict[int, list] = {}  # split -> its runs' pretrain futures
         for run in plan.runs:
             backbone = pretrain_task.submit(run, plan.settings, threads,
@@ -263,15 +309,23 @@ def run_study(plan: dict) -> dict:
                         runs, plan.settings, name, options, predictions, threads, wait_for=futures)
                     calibrations[future] = (plan, runs, name)
 
-    logger.info("study %s: %d benchmarks x %d runs, %d calibrators -> %d tasks on %s (%d workers); output %s",
-                study.name, len(plans), study.runs_per_benchmark, len({c for p in plans for c in p.calibrator_names}),
-                len(pretrains) + len(calibrations), execution.runner, execution.workers, study.output)
+    logger.info("study %s: %d benchmarks x %d runs, %d calibrators (%d benchmarks complete before) -> %d tasks on %s "
+                "(%d workers); output %s", study.name, len(plans), study.runs_per_benchmark,
+                len({c for p in plans for c in p.calibrator_names}), len(complete), len(pretrains) + len(calibrations),
+                execution.runner, execution.workers, study.output)
     tracker = _tracker(study, logger)
+    benchmarks: list[dict] = []
+    for plan in plans:
+        if plan.name in complete:
+            logger.info("%s: complete in %s (%s matches this plan and code): no task submitted", plan.name,
+                        plan.out_dir / "results.csv", COMPLETION)
+            written = {"dataset": plan.dataset, "backbone": plan.backbone, "results": str(plan.out_dir / "results.csv"),
+                       "summary": str(plan.out_dir / "summary.csv"), "complete_before": True}
+            benchmarks.append(_log_benchmark(study, plan, written, complete[plan.name], tracker, logger))
     pre_tally, cal_tally = _Tally(), _Tally()
     backbone_stats: dict[str, list[dict]] = {p.name: [] for p in plans}
     remaining = {p.name: len(p.runs) * len(p.calibrators) for p in plans}
     rows: dict[str, list[tuple[tuple, dict]]] = {p.name: [] for p in plans}
-    benchmarks: list[dict] = []
     done = 0
     # A run's pretrain finishes before its calibrations start, so a benchmark whose calibrations are all
     # done has all its backbone statistics too.
@@ -297,14 +351,15 @@ def run_study(plan: dict) -> dict:
         remaining[plan.name] -= len(runs)
         if remaining[plan.name] == 0 and rows[plan.name]:
             ordered = [row for _, row in sorted(rows[plan.name], key=lambda item: item[0])]
-            benchmarks.append(_finish_benchmark(study, plan, ordered, backbone_stats[plan.name], tracker, logger))
+            benchmarks.append(_finish_benchmark(study, plan, ordered, backbone_stats[plan.name], keys[plan.name],
+                                                tracker, logger))
 
     result = {
         "study": study.name, "study_file": study.source, "output": str(study.output),
         "tracking_uri": execution.tracking_uri, "experiment": execution.experiment,
         "experiment_id": tracker.experiment_id,
         "tasks": {"pretrain": pre_tally.as_dict(), "calibrate": cal_tally.as_dict()},
-        "benchmarks": benchmarks, "report": None,
+        "benchmarks": benchmarks, "complete_before": sorted(complete), "report": None,
     }
     failures = pre_tally.failed + cal_tally.failed
     if failures:
@@ -338,16 +393,25 @@ def _tracker(study: StudyPlan, logger):
     return tracker
 
 
-def _finish_benchmark(study: StudyPlan, plan: BenchmarkPlan, rows: list[dict], backbone_stats: list[dict],
+def _finish_benchmark(study: StudyPlan, plan: BenchmarkPlan, rows: list[dict], backbone_stats: list[dict], key: str,
                       tracker, logger) -> dict:
-    """Aggregate one benchmark, then log it to MLflow from this (the flow's) process."""
-    from flows.tracking import BenchmarkRecord, calibrator_hyperparameters, git_commit, package_versions
+    """Aggregate one benchmark, record its completion, then log it to MLflow from this (the flow's) process."""
     from simcalib.experiment.splits import record_split_sources
 
     with results_lock(plan.out_dir, command=f"simcalib study run {study.source}"):
         check_benchmark_rows(rows, plan.out_dir / "results.csv")  # before splits.json or results.csv change
         record_split_sources(plan.out_dir, plan.split_sources)
         written = aggregate(plan.dataset, plan.backbone, rows, str(plan.out_dir))
+        if len(rows) == len(plan.runs) * len(plan.calibrators):  # a failed task leaves the benchmark incomplete
+            record_completion(plan.out_dir, key, backbone_stats)
+    return _log_benchmark(study, plan, written, backbone_stats, tracker, logger)
+
+
+def _log_benchmark(study: StudyPlan, plan: BenchmarkPlan, written: dict, backbone_stats: list[dict], tracker,
+                   logger) -> dict:
+    """Log one benchmark's ``results.csv`` and ``summary.csv`` (``written``) to MLflow (idempotent)."""
+    from flows.tracking import BenchmarkRecord, calibrator_hyperparameters, git_commit, package_versions
+
     results = pd.read_csv(written["results"])
     summary = pd.read_csv(written["summary"])
     settings = plan.settings

@@ -2,7 +2,8 @@
 
 ``run`` validates the file and checks its data before Prefect even starts (input errors: one line, exit 2),
 then runs :func:`flows.study.study_flow` and prints where the results, the MLflow UI and the report are.
-Interrupted (Ctrl-C, kill -9), the same command resumes: finished tasks come from the task cache.
+Interrupted (Ctrl-C, kill -9), the same command resumes: finished benchmarks are read from their results.csv
+(completion.json), finished tasks of the others come from the task cache.
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ def print_outcome(result: dict) -> None:
     tasks = result["tasks"]
     print(f"\ntasks: pretrain {tasks['pretrain']['computed']} computed, {tasks['pretrain']['cached']} cached; "
           f"calibrate {tasks['calibrate']['computed']} computed, {tasks['calibrate']['cached']} cached")
+    if result.get("complete_before"):
+        print(f"complete before this run (rows read from results.csv, no task submitted): "
+              f"{', '.join(result['complete_before'])}")
     print(f"results: {result['output']}/<Dataset>_<Backbone>/results.csv and summary.csv "
           f"({len(result['benchmarks'])} benchmarks)")
     for line in result.get("splits", []):

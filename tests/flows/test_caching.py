@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from flows.caching import calibrate_across_runs_key, calibrate_key, library_fingerprint, pretrain_key
+import flows.caching
+from flows.caching import (
+    benchmark_key,
+    calibrate_across_runs_key,
+    calibrate_key,
+    library_fingerprint,
+    pretrain_key,
+)
 from simcalib.experiment.protocol import ProtocolSettings, Run
 
 RUN = Run("Cora", "GCN", 0, 1, 2)
@@ -36,6 +43,19 @@ def test_a_fit_across_runs_has_its_own_key_naming_every_run():
     assert calibrate_across_runs_key(runs[:2], SETTINGS, "TS", {}) != key
     assert calibrate_across_runs_key(runs, SETTINGS, "TS", {"lr": 0.02}) != key
     assert calibrate_across_runs_key(runs, dataclasses.replace(SETTINGS, study_seed=11), "TS", {}) != key
+
+
+def test_a_benchmark_key_changes_with_any_run_calibrator_fit_path_or_the_code(monkeypatch):
+    runs = [Run("Cora", "GCN", 0, 1, fold) for fold in range(3)]
+    options = {"UnCal": {}, "TS": {"lr": 0.01}}
+    base = benchmark_key(runs, SETTINGS, options, set())
+    assert benchmark_key(list(reversed(runs)), SETTINGS, options, set()) == base  # a set of tasks, not a sequence
+    assert benchmark_key(runs[:2], SETTINGS, options, set()) != base
+    assert benchmark_key(runs, SETTINGS, {"UnCal": {}}, set()) != base
+    assert benchmark_key(runs, SETTINGS, {**options, "TS": {"lr": 0.02}}, set()) != base
+    assert benchmark_key(runs, SETTINGS, options, {"TS"}) != base  # fitted on the split's runs together
+    monkeypatch.setattr(flows.caching, "library_fingerprint", lambda: "edited-library")
+    assert benchmark_key(runs, SETTINGS, options, set()) != base
 
 
 def test_locations_do_not_change_the_key(tmp_path):

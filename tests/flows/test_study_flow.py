@@ -4,6 +4,7 @@ refusals of another split source and of a second writer."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,7 +71,7 @@ def test_reference_study_writes_results_and_tracks_them(reference):
     assert {"results.csv", "summary.csv", "study.yaml"} <= {a.path for a in client.list_artifacts(parent.info.run_id)}
 
 
-def test_rerun_takes_everything_from_the_cache_and_logs_nothing_twice(reference, monkeypatch):
+def test_rerun_of_a_complete_study_submits_no_task_and_logs_nothing_twice(reference, monkeypatch):
     from flows.study import study_flow
 
     reported = []
@@ -81,8 +82,10 @@ def test_rerun_takes_everything_from_the_cache_and_logs_nothing_twice(reference,
 
     result = study_flow(str(reference.study_file), {"report": True})
 
-    assert result["tasks"]["pretrain"] == {"computed": 0, "cached": 3, "failed": 0}
-    assert result["tasks"]["calibrate"] == {"computed": 0, "cached": 12, "failed": 0}
+    # completion.json beside results.csv names this plan's key: the benchmark's rows are read from the file
+    assert result["complete_before"] == ["Cora-GCN"]
+    assert result["tasks"]["pretrain"] == {"computed": 0, "cached": 0, "failed": 0}
+    assert result["tasks"]["calibrate"] == {"computed": 0, "cached": 0, "failed": 0}
     assert (reference.output / "Cora_GCN" / "results.csv").read_bytes() == before
     assert result["benchmarks"][0]["mlflow_run_id"] == reference.result["benchmarks"][0]["mlflow_run_id"]
     client = MlflowClient(result["tracking_uri"])
@@ -95,12 +98,51 @@ def test_rerun_takes_everything_from_the_cache_and_logs_nothing_twice(reference,
     assert (reported[0]["tracking_uri"], reported[0]["experiment"]) == (result["tracking_uri"], result["experiment"])
 
 
-def test_changed_options_recompute_only_that_calibrator(reference, study_env):
+def test_without_a_completion_record_a_rerun_takes_every_task_from_the_cache(reference, monkeypatch):
+    import flows.study
+    from flows.study import study_flow
+
+    monkeypatch.setattr(flows.study, "completed_benchmark", lambda out_dir, key: None)
+    before = (reference.output / "Cora_GCN" / "results.csv").read_bytes()
+
+    result = study_flow(str(reference.study_file))
+
+    assert result["complete_before"] == []
+    assert result["tasks"]["pretrain"] == {"computed": 0, "cached": 3, "failed": 0}
+    assert result["tasks"]["calibrate"] == {"computed": 0, "cached": 12, "failed": 0}
+    assert (reference.output / "Cora_GCN" / "results.csv").read_bytes() == before
+    assert result["benchmarks"][0]["mlflow_run_id"] == reference.result["benchmarks"][0]["mlflow_run_id"]
+
+
+def test_an_edited_results_file_is_not_taken_as_complete_but_rewritten_from_the_task_cache(reference, tmp_path):
+    from flows.study import COMPLETION, study_flow
+
+    output = tmp_path / "copy"
+    shutil.copytree(reference.output, output, ignore=shutil.ignore_patterns("report", "*.lock"))
+    results = output / "Cora_GCN" / "results.csv"
+    original = results.read_bytes()
+    assert (output / "Cora_GCN" / COMPLETION).is_file()
+    frame = pd.read_csv(results)
+    frame.loc[frame.calibrator == "TS", "ece"] = 0.0  # a hand edit: the file no longer has the recorded digest
+    frame.to_csv(results, index=False)
+
+    result = study_flow(str(reference.study_file), {"output": str(output), "tracking_uri": f"sqlite:///{tmp_path}/m.db"})
+
+    assert result["complete_before"] == []
+    assert result["tasks"]["calibrate"] == {"computed": 0, "cached": 12, "failed": 0}
+    assert results.read_bytes() == original
+
+
+def test_changed_options_recompute_only_that_calibrator(reference, study_env, tmp_path):
     from flows.study import study_flow
 
     path = study_env.write("changed", calibrators={"UnCal": {}, "TS": {"lr": 0.05}})
-    # the same task cache as the reference, so only what the change touches is computed
-    result = study_flow(str(path), {"output": str(reference.output)})
+    # a copy of the reference's output with its task cache, so only what the change touches is computed (and
+    # the reference's own results.csv stays the reference's)
+    output = tmp_path / "copy"
+    shutil.copytree(reference.output, output, ignore=shutil.ignore_patterns("report", "*.lock"))
+    result = study_flow(str(path), {"output": str(output), "tracking_uri": f"sqlite:///{tmp_path}/m.db"})
+    assert result["complete_before"] == []  # the changed TS gives the benchmark another key
     assert result["tasks"]["calibrate"] == {"computed": 3, "cached": 3, "failed": 0}
     assert result["tasks"]["pretrain"]["cached"] == 3
 
@@ -256,12 +298,13 @@ def test_a_batch_runs_study_gives_the_numbers_of_the_batched_benchmark_and_not_t
 def test_a_batch_calibrators_study_fits_a_splits_runs_together_gives_the_per_run_numbers_and_caches(reference, study_env):
     import torch
 
-    from flows.study import study_flow
+    from flows.study import COMPLETION, study_flow
 
     path = study_env.write("stacked", runs={"splits": 1, "inits": 1, "folds": 3, "batch_calibrators": True})
     threads = torch.get_num_threads()
     try:
         result = study_flow(str(path))
+        (Path(result["benchmarks"][0]["results"]).parent / COMPLETION).unlink()  # so the rerun replays the cache
         again = study_flow(str(path))
     finally:
         torch.set_num_threads(threads)
