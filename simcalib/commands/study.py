@@ -96,6 +96,7 @@ def run_study(args: argparse.Namespace) -> int:
     print(f"study {study.name}: {len(study.benchmarks())} benchmarks x {study.runs_per_benchmark()} runs x "
           f"{len(study.calibrators)} calibrators on {study.spec.task_runner.kind}; output {study.output}; "
           f"plan {plan.digest()}", flush=True)
+    _exit_cleanly_on_sigterm(study.output)
     try:
         result = study_flow(args.study_file, overrides or None, plan.to_json())
     except KeyboardInterrupt:
@@ -104,6 +105,21 @@ def run_study(args: argparse.Namespace) -> int:
         return 130
     print_outcome(result)
     return 0
+
+
+def _exit_cleanly_on_sigterm(output) -> None:
+    """SIGTERM (a batch scheduler's time limit, ``kill``) ends the study through ``SystemExit(143)``, so that the
+    interpreter's exit handlers run: without them Prefect's temporary API server outlives the study as an
+    orphan process. Prefect's flow engine takes SIGTERM over while a flow runs, marks the run crashed and then
+    re-sends the signal to this handler."""
+    import signal
+
+    def terminate(signum, frame):
+        print(f"\nterminated (signal {signum}): finished tasks are kept in {output / 'task-results'}; "
+              f"run the same command to resume", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
 
 
 def print_outcome(result: dict) -> None:

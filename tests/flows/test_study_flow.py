@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -197,6 +198,36 @@ def test_kill_9_then_the_same_command_recomputes_nothing_finished(reference, stu
     assert all(task_results.joinpath(name).stat().st_mtime_ns == mtime for name, mtime in finished.items())
     results = pd.read_csv(study_file.parent / "out" / "Cora_GCN" / "results.csv")
     pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))  # identical numbers, bit for bit
+
+
+def test_sigterm_ends_the_study_with_its_temporary_prefect_server(study_env, tmp_path):
+    """Ephemeral mode (no PREFECT_API_URL): Prefect's temporary API server is a child process stopped by an exit
+    handler; SIGTERM (a scheduler's time limit) must still run it, or the server outlives the study."""
+    import psutil
+
+    study_file = study_env.write("terminated")
+    task_results = study_file.parent / "out" / "task-results"
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PREFECT_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
+    process = subprocess.Popen([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)],
+                               cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not list(task_results.glob("calibrate-*")) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert process.poll() is None, "the study ended before it could be terminated"
+        children = psutil.Process(process.pid).children(recursive=True)
+        assert any("uvicorn" in " ".join(c.cmdline()) for c in children), "no temporary server was started"
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=120)
+        assert process.returncode == 143, output
+        assert "terminated (signal 15): finished tasks are kept in" in output
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, [" ".join(c.cmdline())[:80] for c in alive]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 @pytest.mark.slow  # 6 study runs in subprocesses: ~3 min on the shared 2-core machine
