@@ -664,10 +664,12 @@ def one_class_blocks(rows: pd.DataFrame) -> list[Block]:
     counts = flagged.groupby(["dataset", "backbone"]).size()
     totals = runs.groupby(["dataset", "backbone"]).size()
     parts = [f"{d} {b}: {counts[(d, b)]} of {totals[(d, b)]} runs" for d, b in sorted_benchmarks(counts.index)]
+    binary = "roc_auc" in flagged.columns and flagged["roc_auc"].notna().any()  # ROC-AUC is computed for 2 classes
+    informative = ("ROC-AUC and the calibration error of p(y = 1) are the informative metrics" if binary else
+                   "NLL and Brier, which score the whole predicted distribution, say more than the top-label ECE")
     return [Paragraph("**Backbones that predict one class only** (every test node gets the same top-1 class; rows "
                       "flagged `one_class_backbone`): " + "; ".join(parts) + ". On those runs the top-label ECE "
-                      "measures how far the confidence is from the majority share, ROC-AUC and the calibration error "
-                      "of p(y = 1) are the informative metrics.")]
+                      f"measures how far the confidence is from that class's share; {informative}.")]
 
 
 def assemble(study: StudyResults, paper: PaperTables, tables: TableSet, sig: Significance, figures: FigureSet,

@@ -120,5 +120,7 @@ def test_one_class_backbones_are_named_with_their_run_counts():
     rows["one_class_backbone"] = rows["split"] == 0  # 2 of 6 runs
     text = one_class_blocks(rows)[0].text
     assert "tolokers GCN: 2 of 6 runs" in text
+    assert "NLL and Brier" in text and "ROC-AUC" not in text  # rows without ROC-AUC: a multi-class graph
+    assert "ROC-AUC and the calibration error of p(y = 1)" in one_class_blocks(rows.assign(roc_auc=70.0))[0].text
     assert one_class_blocks(rows.assign(one_class_backbone=False)) == []
 
