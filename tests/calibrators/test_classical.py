@@ -70,6 +70,30 @@ def test_ets_weights_lie_on_the_simplex_and_favour_ts_when_ts_is_right():
     assert w[0] > w[1]
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ets_weights_do_not_depend_on_the_blas_thread_count(seed):
+    """An interior optimum (labels from T = 2 with 20% noise): with the BLAS thread count left to the
+    environment, the fitted weights differed between 1 and 2 threads in each of these seeds."""
+    from threadpoolctl import threadpool_limits
+
+    g = torch.Generator().manual_seed(seed)
+    n, k = 335, 7
+    logits = torch.randn(n, k, generator=g) * 4
+    y = torch.multinomial(torch.softmax(logits / 2.0, -1), 1, generator=g).squeeze(1)
+    noisy = torch.rand(n, generator=g) < 0.2
+    y[noisy] = torch.randint(0, k, (int(noisy.sum()),), generator=g)
+    chain = torch.stack([torch.arange(n - 1), torch.arange(1, n)])
+    perm = torch.randperm(n, generator=g)
+    graph = CalibrationGraph.from_run(logits, torch.randn(n, 8, generator=g), torch.cat([chain, chain.flip(0)], 1), y,
+                                      perm[:100], perm[100:235])
+    weights = []
+    for threads in (1, 2):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            weights.append(ETS(k).fit(graph).weights)
+    assert 0.05 < float(weights[0].min())  # an interior optimum, where the summation order matters
+    assert torch.equal(weights[0], weights[1])
+
+
 def test_fit_refuses_nodes_with_hidden_labels():
     graph = synthetic_graph()
     test_nodes = torch.arange(graph.num_nodes)[graph.labels < 0][:10]
