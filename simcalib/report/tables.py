@@ -49,7 +49,8 @@ NEWER_METRICS = ("ece", "degree_ece", "signed_ce", "nll", "accuracy")
 # rows of GETS from before it ran as its code does carry the old definition (now GETS_ap): the newer tables show
 # only where one of these ran beside it
 NEWER_ONLY = ("GETS_ap", "GETS_holdout", "WATS")
-BINARY_METHODS = (*EXTRA_METHODS, "GETS", "GETS_holdout", "WATS")
+# every calibrator of the tables above once (EXTRA_CALIBRATORS already holds GETS and WATS)
+BINARY_METHODS = tuple(dict.fromkeys((*EXTRA_METHODS, "GETS_ap", "GETS", "GETS_holdout", "WATS")))
 ABLATION_METHODS = ("SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n", "SimCalib")
 W_SWEEP_NAME = re.compile(r"^SimCalib_w(\d+(?:\.\d+)?)$")
 METRIC_LABELS = {
@@ -335,7 +336,7 @@ def build_result_table(rows: pd.DataFrame, spec: TableSpec, paper: PaperTables |
             names |= set(paper.table(spec.paper_key)["method"])
         methods = w_sweep_methods(names)
     else:
-        methods = list(spec.methods)
+        methods = list(dict.fromkeys(spec.methods))  # a repeated name would make two columns of one method
     ran = rows[rows["calibrator"].isin(methods)] if len(rows) else rows
     if spec.metric not in ran.columns:
         ran = ran.assign(**{spec.metric: np.nan})

@@ -106,13 +106,15 @@ def _study(rows: pd.DataFrame) -> StudyResults:
 
 
 def test_binary_tables_appear_only_where_rows_hold_binary_metrics():
-    rows = _rows({"TS": [10.0] * 6, "GATS": [9.0] * 6})
+    # GETS and WATS among them: the binary tables once named them twice, which broke the table on real rows
+    rows = _rows({"TS": [10.0] * 6, "GATS": [9.0] * 6, "GETS": [11.0] * 6, "WATS": [8.0] * 6})
     empty_paper = PaperTables(None, pd.DataFrame(columns=LONG_COLUMNS))
     keys = {t.spec.key for t in build_tables(_study(rows), empty_paper).results}
     assert "binary_roc_auc" not in keys and "binary_positive_ece" not in keys
     rows["roc_auc"], rows["positive_ece"] = 80.0, 3.0
-    keys = {t.spec.key for t in build_tables(_study(rows), empty_paper).results}
-    assert {"binary_roc_auc", "binary_positive_ece"} <= keys
+    results = {t.spec.key: t for t in build_tables(_study(rows), empty_paper).results}
+    assert {"binary_roc_auc", "binary_positive_ece"} <= set(results)
+    assert list(results["binary_roc_auc"].mean.columns) == ["TS", "GATS", "GETS", "WATS"]
 
 
 def test_one_class_backbones_are_named_with_their_run_counts():
