@@ -30,7 +30,6 @@ process after its N-th finished calibrate task (for fault-injection tests).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -49,6 +48,7 @@ from flows.caching import (
     pretrain_cache_key_fn,
 )
 from flows.runners import make_task_runner, shared_api_server
+from simcalib.data.download import sha256
 from simcalib.errors import SimCalibError
 from simcalib.experiment.plan import BenchmarkPlan, StudyPlan, plan_study
 from simcalib.experiment.protocol import (
@@ -162,13 +162,9 @@ def write_benchmark_results(dataset: str, backbone: str, rows: list[dict], out_d
             "rows": len(frame)}
 
 
-def _file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def record_completion(out_dir: Path, key: str, backbone_stats: list[dict]) -> None:
     """Write ``completion.json``: ``results.csv`` there is the complete output of the benchmark with ``key``."""
-    record = {"benchmark_key": key, "results_sha256": _file_sha256(out_dir / "results.csv"),
+    record = {"benchmark_key": key, "results_sha256": sha256(out_dir / "results.csv"),
               "backbone_stats": backbone_stats}
     partial = out_dir / (COMPLETION + ".part")
     partial.write_text(json.dumps(record, indent=1))
@@ -185,7 +181,7 @@ def completed_benchmark(out_dir: Path, key: str) -> list[dict] | None:
         record = json.loads(completion.read_text())
     except ValueError:
         return None
-    if record.get("benchmark_key") != key or record.get("results_sha256") != _file_sha256(results):
+    if record.get("benchmark_key") != key or record.get("results_sha256") != sha256(results):
         return None
     return record.get("backbone_stats", [])
 
@@ -320,7 +316,7 @@ def run_study(plan: dict) -> dict:
             logger.info("%s: complete in %s (%s matches this plan and code): no task submitted", plan.name,
                         plan.out_dir / "results.csv", COMPLETION)
             written = {"dataset": plan.dataset, "backbone": plan.backbone, "results": str(plan.out_dir / "results.csv"),
-                       "summary": str(plan.out_dir / "summary.csv"), "complete_before": True}
+                       "summary": str(plan.out_dir / "summary.csv")}
             benchmarks.append(_log_benchmark(study, plan, written, complete[plan.name], tracker, logger))
     pre_tally, cal_tally = _Tally(), _Tally()
     backbone_stats: dict[str, list[dict]] = {p.name: [] for p in plans}

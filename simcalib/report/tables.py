@@ -49,8 +49,7 @@ NEWER_METRICS = ("ece", "degree_ece", "signed_ce", "nll", "accuracy")
 # rows of GETS from before it ran as its code does carry the old definition (now GETS_ap): the newer tables show
 # only where one of these ran beside it
 NEWER_ONLY = ("GETS_ap", "GETS_holdout", "WATS")
-# every calibrator of the tables above once (EXTRA_CALIBRATORS already holds GETS and WATS)
-BINARY_METHODS = tuple(dict.fromkeys((*EXTRA_METHODS, "GETS_ap", "GETS", "GETS_holdout", "WATS")))
+BINARY_METHODS = (*EXTRA_METHODS, "GETS_ap", "GETS_holdout")  # EXTRA_METHODS holds GETS and WATS
 ABLATION_METHODS = ("SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n", "SimCalib")
 W_SWEEP_NAME = re.compile(r"^SimCalib_w(\d+(?:\.\d+)?)$")
 METRIC_LABELS = {

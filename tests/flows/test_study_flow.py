@@ -115,11 +115,17 @@ def test_without_a_completion_record_a_rerun_takes_every_task_from_the_cache(ref
     assert result["benchmarks"][0]["mlflow_run_id"] == reference.result["benchmarks"][0]["mlflow_run_id"]
 
 
+def _copy_of_output(reference, tmp_path: Path) -> Path:
+    """The reference study's output folder with its task cache, for a study that must not change the original."""
+    output = tmp_path / "copy"
+    shutil.copytree(reference.output, output, ignore=shutil.ignore_patterns("report", "*.lock"))
+    return output
+
+
 def test_an_edited_results_file_is_not_taken_as_complete_but_rewritten_from_the_task_cache(reference, tmp_path):
     from flows.study import COMPLETION, study_flow
 
-    output = tmp_path / "copy"
-    shutil.copytree(reference.output, output, ignore=shutil.ignore_patterns("report", "*.lock"))
+    output = _copy_of_output(reference, tmp_path)
     results = output / "Cora_GCN" / "results.csv"
     original = results.read_bytes()
     assert (output / "Cora_GCN" / COMPLETION).is_file()
@@ -140,8 +146,7 @@ def test_changed_options_recompute_only_that_calibrator(reference, study_env, tm
     path = study_env.write("changed", calibrators={"UnCal": {}, "TS": {"lr": 0.05}})
     # a copy of the reference's output with its task cache, so only what the change touches is computed (and
     # the reference's own results.csv stays the reference's)
-    output = tmp_path / "copy"
-    shutil.copytree(reference.output, output, ignore=shutil.ignore_patterns("report", "*.lock"))
+    output = _copy_of_output(reference, tmp_path)
     result = study_flow(str(path), {"output": str(output), "tracking_uri": f"sqlite:///{tmp_path}/m.db"})
     assert result["complete_before"] == []  # the changed TS gives the benchmark another key
     assert result["tasks"]["calibrate"] == {"computed": 3, "cached": 3, "failed": 0}
@@ -168,8 +173,11 @@ def test_a_label_rate_sweep_in_one_study_gives_the_data_efficiency_figure(study_
     assert figure is not None and [ax.get_title() for ax in figure.axes if ax.get_visible()][0] == "Cora GCN"
 
 
-def _start(study_file: Path, api_url: str, home: Path, **env) -> subprocess.Popen:
+def _start(study_file: Path, api_url: str | None, home: Path, **env) -> subprocess.Popen:
+    """``simcalib study run`` in a process group of its own; ``api_url`` None: Prefect's temporary server."""
     env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_HOME": str(home), "PYTHONUNBUFFERED": "1", **env}
+    if api_url is None:
+        del env["PREFECT_API_URL"]
     return subprocess.Popen([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)], cwd=PROJECT_ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -207,11 +215,7 @@ def test_sigterm_ends_the_study_with_its_temporary_prefect_server(study_env, tmp
 
     study_file = study_env.write("terminated")
     task_results = study_file.parent / "out" / "task-results"
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(PREFECT_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
-    process = subprocess.Popen([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)],
-                               cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
+    process = _start(study_file, None, tmp_path / "home")
     try:
         deadline = time.monotonic() + 240
         while not list(task_results.glob("calibrate-*")) and process.poll() is None and time.monotonic() < deadline:
