@@ -5,7 +5,7 @@
   bookkeeping and result I/O, not the numerics, and the numbers stay deterministic.
 * ``processes``: ``ProcessPoolTaskRunner``, one task per process. In ephemeral mode (no ``PREFECT_API_URL``)
   every worker process would start its own temporary API server (../shared/STACK.md); :func:`shared_api_server`
-  starts one and points the worker processes at it.
+  starts one (:func:`start_temporary_server`) and points the worker processes at it.
 * ``dask``: ``prefect_dask.DaskTaskRunner`` on a scheduler ``address`` (tcp://host:8786; its workers need this
   project at the same commit, the study's output folder shared at the same absolute path and the mirror and
   split files readable; docs/orchestration.md, "Running on a Dask cluster"), or else a ``LocalCluster`` of
@@ -15,8 +15,13 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
-from collections.abc import Iterator
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
 
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
@@ -31,7 +36,7 @@ def make_task_runner(spec: TaskRunnerSpec) -> TaskRunner:
     if spec.kind == "threads":
         return ThreadPoolTaskRunner(max_workers=spec.workers)
     if spec.kind == "processes":
-        return ProcessPoolTaskRunner(max_workers=spec.workers)
+        return ProcessPoolTaskRunner(max_workers=spec.workers, initializer=ignore_interrupts)
     if spec.kind == "dask":
         from prefect_dask import DaskTaskRunner
 
@@ -46,6 +51,32 @@ def make_task_runner(spec: TaskRunnerSpec) -> TaskRunner:
     raise ConfigError(f"unknown task runner {spec.kind!r}; choose one of {', '.join(KINDS)}")
 
 
+def ignore_interrupts() -> None:
+    """Worker-process initializer: a terminal's Ctrl-C (SIGINT to the foreground process group) is for the flow's
+    process, which stops submitting, lets the running tasks finish and exits. Interrupted inside a worker, a task
+    ends in a ``KeyboardInterrupt`` that Prefect's process pool does not pass on (it forwards ``Exception`` only),
+    and the flow would wait for its future forever (docs/decisions.md, "Ctrl-C stops a study")."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_temporary_server() -> str | None:
+    """In ephemeral mode (no ``PREFECT_API_URL``): start Prefect's temporary API server now, in a session of its
+    own, and return its URL (None when a server is configured); flows then use it (Prefect keeps one per process)
+    and Prefect's exit handler stops it. Started by Prefect on entering a flow instead, the server shares the
+    terminal's foreground process group: a Ctrl-C stops it with the study, and the interrupted flow waits on the
+    dead server instead of exiting (docs/decisions.md, "Ctrl-C stops a study"). Call it before the first flow."""
+    from prefect.settings import get_current_settings
+
+    if get_current_settings().api.url:
+        return None
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()  # the singleton the flow's own client uses in ephemeral mode
+    with _processes_in_own_session():
+        server.start()  # no-op when it is already running
+    return server.api_url
+
+
 @contextlib.contextmanager
 def shared_api_server(spec: TaskRunnerSpec) -> Iterator[str | None]:
     """For ``processes``: export the API URL the flow talks to (starting the temporary server first when none
@@ -55,13 +86,7 @@ def shared_api_server(spec: TaskRunnerSpec) -> Iterator[str | None]:
         return
     from prefect.settings import get_current_settings
 
-    url = get_current_settings().api.url
-    if not url:
-        from prefect.server.api.server import SubprocessASGIServer
-
-        server = SubprocessASGIServer()  # the singleton the flow's own client uses in ephemeral mode
-        server.start()  # stopped by Prefect's exit handler
-        url = server.api_url
+    url = get_current_settings().api.url or start_temporary_server()
     previous = os.environ.get("PREFECT_API_URL")
     os.environ["PREFECT_API_URL"] = url
     try:
@@ -73,4 +98,37 @@ def shared_api_server(spec: TaskRunnerSpec) -> Iterator[str | None]:
             os.environ["PREFECT_API_URL"] = previous
 
 
-__all__ = ["KINDS", "make_task_runner", "shared_api_server"]
+def _die_with_parent() -> Callable[[], None] | None:
+    """Linux: a child-side hook that has the kernel send the child SIGTERM when the process that started it ends,
+    however it ends (``kill -9``, a closed terminal); bound before the fork, so the child only makes the call.
+    The kernel ties the signal to the starting thread's end, hence the main thread only."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    pr_set_pdeathsig = 1
+    return lambda: prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+class _OwnSessionPopen(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("start_new_session", True)
+        kwargs.setdefault("preexec_fn", _die_with_parent())
+        super().__init__(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _processes_in_own_session() -> Iterator[None]:
+    """Processes started inside the block get a session of their own, out of reach of a terminal's Ctrl-C, and
+    end when this process ends (out of its process group, they would otherwise outlive a ``kill -9``). Prefect
+    starts its temporary server with ``subprocess.Popen`` and no option for either, hence the substitution for
+    the duration of the start."""
+    original = subprocess.Popen
+    subprocess.Popen = _OwnSessionPopen
+    try:
+        yield
+    finally:
+        subprocess.Popen = original
+
+
+__all__ = ["KINDS", "make_task_runner", "ignore_interrupts", "shared_api_server",
+           "start_temporary_server"]

@@ -91,8 +91,10 @@ def run_study(args: argparse.Namespace) -> int:
     if not args.verbose:
         for key, value in QUIET_TASK_LOGS.items():
             os.environ.setdefault(key, value)
+    from flows.runners import start_temporary_server
     from flows.study import study_flow
 
+    start_temporary_server()  # where no Prefect server is configured: one a Ctrl-C does not stop mid-study
     print(f"study {study.name}: {len(study.benchmarks())} benchmarks x {study.runs_per_benchmark()} runs x "
           f"{len(study.calibrators)} calibrators on {study.spec.task_runner.kind}; output {study.output}; "
           f"plan {plan.digest()}", flush=True)

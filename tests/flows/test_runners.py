@@ -1,11 +1,18 @@
-"""Task-runner selection, and a tiny study on a local Dask cluster on loopback (same numbers as threads)."""
+"""Task-runner selection, the temporary server's process, and a tiny study on a local Dask cluster on loopback
+(same numbers as threads)."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
 
 import pandas as pd
 import pytest
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
-from study_helpers import numbers
+from study_helpers import PROJECT_ROOT, numbers
 
 from flows.runners import make_task_runner
 from simcalib.experiment.study import TaskRunnerSpec
@@ -22,6 +29,29 @@ def test_each_kind_gives_its_runner():
     assert local.address is None
     assert local.cluster_kwargs["host"] == "127.0.0.1"  # the scheduler and workers listen on loopback only
     assert local.cluster_kwargs["n_workers"] == 2 and local.cluster_kwargs["threads_per_worker"] == 1
+
+
+def test_a_process_started_for_the_study_leaves_its_process_group_and_ends_with_the_study():
+    """How the temporary server is started: out of reach of a terminal's Ctrl-C, yet gone when the study is
+    killed outright."""
+    import psutil
+
+    study = textwrap.dedent("""
+        import os, signal, subprocess
+        from flows.runners import _processes_in_own_session
+        with _processes_in_own_session():
+            child = subprocess.Popen(["sleep", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(child.pid, os.getsid(0), os.getsid(child.pid), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    process = subprocess.run([sys.executable, "-c", study], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
+    child, study_session, child_session = (int(x) for x in process.stdout.split())
+    assert child_session == child != study_session
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the child outlived the killed study"
+        time.sleep(0.1)
 
 
 def test_tiny_study_on_a_local_dask_cluster_matches_the_threads_run(reference, study_env):

@@ -3,6 +3,7 @@ refusals of another split source and of a second writer."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -232,6 +233,46 @@ def test_sigterm_ends_the_study_with_its_temporary_prefect_server(study_env, tmp
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("runner", ["threads", "processes"])
+def test_ctrl_c_ends_the_study_with_its_temporary_prefect_server(study_env, tmp_path, runner):
+    """A terminal's Ctrl-C sends SIGINT to its whole foreground process group. The temporary server must not
+    stop with the study (the interrupted flow then waits on a dead server), and an interrupted worker process
+    must not leave a task unresolved: the study exits with 130 after the running tasks finish."""
+    import psutil
+
+    study_file = study_env.write(f"ctrl-c-{runner}", runner={"kind": runner, "workers": 1})
+    task_results = study_file.parent / "out" / "task-results"
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
+    env.pop("PREFECT_API_URL", None)
+    process = subprocess.Popen([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)],
+                               cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True,  # a terminal's foreground group, where Ctrl-C is delivered
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    children = []
+    try:
+        deadline = time.monotonic() + 240
+        while not list(task_results.glob("calibrate-*")) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert process.poll() is None, "the study ended before it could be interrupted"
+        children = psutil.Process(process.pid).children(recursive=True)
+        assert any("uvicorn" in " ".join(c.cmdline()) for c in children), "no temporary server was started"
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            output, _ = process.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the study still runs 120 s after Ctrl-C")
+        assert process.returncode == 130, output
+        assert "interrupted: finished tasks are kept in" in output
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, [" ".join(c.cmdline())[:80] for c in alive]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        for child in children:  # the server has a session of its own
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
 
 
 @pytest.mark.slow  # 6 study runs in subprocesses: ~3 min on the shared 2-core machine
