@@ -17,10 +17,8 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, TEST_THREADS)
 
 import torch  # noqa: E402
+from shared_paths import MIRROR, PAPER, PROJECT_ROOT, SPLITS  # noqa: E402
 from synthetic_graphs import make_sbm_graph  # noqa: E402
-
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-
 
 # Each pytest-xdist worker ("gw0", "gw1", ...) keeps Prefect's home (profiles, a Prefect server's files) in a
 # folder of its own, set before anything imports Prefect. Temporary folders are per worker already (tmp_path).
@@ -28,10 +26,6 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if WORKER:
     os.environ["PREFECT_HOME"] = str(Path(os.environ.get("PREFECT_HOME") or PROJECT_ROOT / ".prefect") / WORKER)
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)  # Prefect makes one level only (a clean clone)
-SHARED = Path(os.environ.get("SIMCALIB_SHARED_DIR", PROJECT_ROOT.parent / "shared"))
-MIRROR = SHARED / "datasets" / "pyg"
-SPLITS = SHARED / "datasets" / "splits"
-PAPER = SHARED / "paper"
 
 # Offline and quiet (../shared/STACK.md); test runs keep Prefect's home inside the project.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

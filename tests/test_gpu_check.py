@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 from benchmark_scripts import load_script
-from conftest import PROJECT_ROOT
+from shared_paths import PROJECT_ROOT
 
 SCRIPT = PROJECT_ROOT / "benchmarks" / "gpu_check.py"
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from benchmark_scripts import load_script
-from conftest import PROJECT_ROOT
+from shared_paths import PROJECT_ROOT
 
 from simcalib.errors import ConfigError
 

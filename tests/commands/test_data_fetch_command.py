@@ -8,8 +8,8 @@ import shutil
 
 import pandas as pd
 import pytest
-from conftest import MIRROR, SPLITS
 from local_http import serve_folder
+from shared_paths import MIRROR, SPLITS
 
 from simcalib.cli import main
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import MIRROR
 from local_http import serve_folder
+from shared_paths import MIRROR
 
 from simcalib.data import get_spec, load_dataset
 from simcalib.data.download import (

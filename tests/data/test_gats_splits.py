@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SPLITS
 from local_http import serve_folder
+from shared_paths import SPLITS
 
 from simcalib.data.gats_splits import fetch_gats_splits, original_splits, published_datasets, splits_source
 from simcalib.errors import ConfigError, DataCorruptError
