@@ -175,13 +175,15 @@ def test_a_label_rate_sweep_in_one_study_gives_the_data_efficiency_figure(study_
 
 
 def _start(study_file: Path, api_url: str | None, home: Path, **env) -> subprocess.Popen:
-    """``simcalib study run`` in a process group of its own; ``api_url`` None: Prefect's temporary server."""
+    """``simcalib study run`` as a terminal starts it: a process group of its own (the foreground group, where
+    Ctrl-C is delivered), SIGINT at its default even where the tests run with it ignored. ``api_url`` None:
+    Prefect's temporary server."""
     env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_HOME": str(home), "PYTHONUNBUFFERED": "1", **env}
     if api_url is None:
         del env["PREFECT_API_URL"]
     return subprocess.Popen([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)], cwd=PROJECT_ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_kill_9_then_the_same_command_recomputes_nothing_finished(reference, study_env, prefect_api, tmp_path):
@@ -209,62 +211,36 @@ def test_kill_9_then_the_same_command_recomputes_nothing_finished(reference, stu
     pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))  # identical numbers, bit for bit
 
 
-def test_sigterm_ends_the_study_with_its_temporary_prefect_server(study_env, tmp_path):
-    """Ephemeral mode (no PREFECT_API_URL): Prefect's temporary API server is a child process stopped by an exit
-    handler; SIGTERM (a scheduler's time limit) must still run it, or the server outlives the study."""
+@pytest.mark.parametrize("stop, runner", [("SIGTERM", "threads"), ("Ctrl-C", "threads"), ("Ctrl-C", "processes")])
+def test_a_stopped_study_ends_with_its_temporary_prefect_server(study_env, tmp_path, stop, runner):
+    """Ephemeral mode (no PREFECT_API_URL): the study starts Prefect's temporary API server and an exit handler
+    stops it. SIGTERM (a scheduler's time limit) must still run that handler, or the server outlives the study.
+    Ctrl-C (a terminal's SIGINT to its whole foreground process group) must not stop the server with the study
+    (the interrupted flow would wait on a dead server) nor leave an interrupted worker's task unresolved."""
     import psutil
 
-    study_file = study_env.write("terminated")
+    study_file = study_env.write(f"{stop}-{runner}", runner={"kind": runner, "workers": 1})
     task_results = study_file.parent / "out" / "task-results"
     process = _start(study_file, None, tmp_path / "home")
-    try:
-        deadline = time.monotonic() + 240
-        while not list(task_results.glob("calibrate-*")) and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert process.poll() is None, "the study ended before it could be terminated"
-        children = psutil.Process(process.pid).children(recursive=True)
-        assert any("uvicorn" in " ".join(c.cmdline()) for c in children), "no temporary server was started"
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=120)
-        assert process.returncode == 143, output
-        assert "terminated (signal 15): finished tasks are kept in" in output
-        _, alive = psutil.wait_procs(children, timeout=30)
-        assert not alive, [" ".join(c.cmdline())[:80] for c in alive]
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-
-
-@pytest.mark.parametrize("runner", ["threads", "processes"])
-def test_ctrl_c_ends_the_study_with_its_temporary_prefect_server(study_env, tmp_path, runner):
-    """A terminal's Ctrl-C sends SIGINT to its whole foreground process group. The temporary server must not
-    stop with the study (the interrupted flow then waits on a dead server), and an interrupted worker process
-    must not leave a task unresolved: the study exits with 130 after the running tasks finish."""
-    import psutil
-
-    study_file = study_env.write(f"ctrl-c-{runner}", runner={"kind": runner, "workers": 1})
-    task_results = study_file.parent / "out" / "task-results"
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
-    env.pop("PREFECT_API_URL", None)
-    process = subprocess.Popen([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)],
-                               cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True,  # a terminal's foreground group, where Ctrl-C is delivered
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     children = []
     try:
         deadline = time.monotonic() + 240
         while not list(task_results.glob("calibrate-*")) and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert process.poll() is None, "the study ended before it could be interrupted"
+        assert process.poll() is None, "the study ended before it could be stopped"
         children = psutil.Process(process.pid).children(recursive=True)
         assert any("uvicorn" in " ".join(c.cmdline()) for c in children), "no temporary server was started"
-        os.killpg(process.pid, signal.SIGINT)
+        if stop == "SIGTERM":
+            process.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(process.pid, signal.SIGINT)
         try:
             output, _ = process.communicate(timeout=120)
         except subprocess.TimeoutExpired:
-            pytest.fail("the study still runs 120 s after Ctrl-C")
-        assert process.returncode == 130, output
-        assert "interrupted: finished tasks are kept in" in output
+            pytest.fail(f"the study still runs 120 s after {stop}")
+        expected = {"SIGTERM": (143, "terminated (signal 15)"), "Ctrl-C": (130, "interrupted")}[stop]
+        assert process.returncode == expected[0], output
+        assert f"{expected[1]}: finished tasks are kept in" in output
         _, alive = psutil.wait_procs(children, timeout=30)
         assert not alive, [" ".join(c.cmdline())[:80] for c in alive]
     finally:
