@@ -60,9 +60,9 @@ def ignore_interrupts() -> None:
 
 
 def start_temporary_server() -> str | None:
-    """In ephemeral mode (no ``PREFECT_API_URL``): start Prefect's temporary API server now, in a session of its
-    own, and return its URL (None when a server is configured); flows then use it (Prefect keeps one per process)
-    and Prefect's exit handler stops it. Started by Prefect on entering a flow instead, the server shares the
+    """In ephemeral mode (no ``PREFECT_API_URL``): start Prefect's temporary API server now, detached from the
+    terminal (setsid), and return its URL (None when a server is configured); flows then use it (Prefect keeps one
+    per process) and Prefect's exit handler stops it. Started by Prefect on entering a flow instead, the server shares the
     terminal's foreground process group: a Ctrl-C stops it with the study, and the interrupted flow waits on the
     dead server instead of exiting (docs/decisions.md, "Ctrl-C stops a study"). Call it before the first flow."""
     from prefect.settings import get_current_settings
@@ -72,7 +72,7 @@ def start_temporary_server() -> str | None:
     from prefect.server.api.server import SubprocessASGIServer
 
     server = SubprocessASGIServer()  # the singleton the flow's own client uses in ephemeral mode
-    with _processes_in_own_session():
+    with _detached_processes():
         server.start()  # no-op when it is already running
     return server.api_url
 
@@ -109,7 +109,7 @@ def _die_with_parent() -> Callable[[], None] | None:
     return lambda: prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
-class _OwnSessionPopen(subprocess.Popen):
+class _DetachedPopen(subprocess.Popen):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("start_new_session", True)
         kwargs.setdefault("preexec_fn", _die_with_parent())
@@ -117,13 +117,13 @@ class _OwnSessionPopen(subprocess.Popen):
 
 
 @contextlib.contextmanager
-def _processes_in_own_session() -> Iterator[None]:
-    """Processes started inside the block get a session of their own, out of reach of a terminal's Ctrl-C, and
+def _detached_processes() -> Iterator[None]:
+    """Processes started inside the block are detached from the terminal (setsid), out of reach of its Ctrl-C, and
     end when this process ends (out of its process group, they would otherwise outlive a ``kill -9``). Prefect
     starts its temporary server with ``subprocess.Popen`` and no option for either, hence the substitution for
     the duration of the start."""
     original = subprocess.Popen
-    subprocess.Popen = _OwnSessionPopen
+    subprocess.Popen = _DetachedPopen
     try:
         yield
     finally:

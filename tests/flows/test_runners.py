@@ -38,16 +38,16 @@ def test_a_process_started_for_the_study_leaves_its_process_group_and_ends_with_
 
     study = textwrap.dedent("""
         import os, signal, subprocess
-        from flows.runners import _processes_in_own_session
-        with _processes_in_own_session():
+        from flows.runners import _detached_processes
+        with _detached_processes():
             child = subprocess.Popen(["sleep", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         print(child.pid, os.getsid(0), os.getsid(child.pid), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     process = subprocess.run([sys.executable, "-c", study], cwd=PROJECT_ROOT, capture_output=True, text=True,
                              timeout=60, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
-    child, study_session, child_session = (int(x) for x in process.stdout.split())
-    assert child_session == child != study_session
+    child, study_sid, child_sid = (int(x) for x in process.stdout.split())  # getsid values
+    assert child_sid == child != study_sid
     deadline = time.monotonic() + 10
     while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the child outlived the killed study"

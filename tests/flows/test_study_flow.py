@@ -246,7 +246,7 @@ def test_a_stopped_study_ends_with_its_temporary_prefect_server(study_env, tmp_p
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-        for child in children:  # the server has a session of its own
+        for child in children:  # the server is outside the study's process group
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()
 
