@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from shared_paths import PROJECT_ROOT
 
 from simcalib.errors import ConfigError, DataMissingError
 from simcalib.experiment.plan import plan_benchmark, plan_study
 from simcalib.experiment.study import load_study
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 STUDY_DIR = PROJECT_ROOT / "study"
 
 VALID = """\

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from shared_paths import PROJECT_ROOT
 
 from simcalib.cli import main
 from simcalib.experiment.study import load_study
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 STUDY = """\
 name: bad
 benchmarks:

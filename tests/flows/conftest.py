@@ -8,13 +8,12 @@ bit-identical numbers). Its reference run (threads runner) is computed once; oth
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from shared_paths import PROJECT_ROOT
 from study_helpers import Reference, StudyEnv
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Quiet Prefect (one log line per task run is noise here) and keep its home inside the project.
 os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_HOME", str(PROJECT_ROOT / ".prefect"))

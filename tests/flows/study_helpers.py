@@ -9,7 +9,6 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TINY_CALIBRATORS = ["UnCal", "TS", "VS", "ETS"]
 TASKS_LINE = re.compile(r"tasks: pretrain (\d+) computed, (\d+) cached; calibrate (\d+) computed, (\d+) cached")
 

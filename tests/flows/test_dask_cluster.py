@@ -21,7 +21,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
-from study_helpers import PROJECT_ROOT, numbers
+from shared_paths import PROJECT_ROOT
+from study_helpers import numbers
 
 # The rows test is in the default suite (108 s with the cluster's start on a 2-core machine at load ~4); the
 # two worker-killed tests are slow-marked (`make test-slow`; ~4.5 min for all three at load ~8). Each test is

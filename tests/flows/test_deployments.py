@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from study_helpers import PROJECT_ROOT
+from shared_paths import PROJECT_ROOT
 
 from simcalib.experiment.study import load_study
 

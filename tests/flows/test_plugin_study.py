@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from shared_paths import PROJECT_ROOT
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = PROJECT_ROOT / "examples" / "simcalib_example"
 
 

@@ -12,7 +12,8 @@ import time
 import pandas as pd
 import pytest
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
-from study_helpers import PROJECT_ROOT, numbers
+from shared_paths import PROJECT_ROOT
+from study_helpers import numbers
 
 from flows.runners import make_task_runner
 from simcalib.experiment.study import TaskRunnerSpec

@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
-from study_helpers import PROJECT_ROOT, TASKS_LINE, TINY_CALIBRATORS, numbers
+from shared_paths import PROJECT_ROOT
+from study_helpers import TASKS_LINE, TINY_CALIBRATORS, numbers
 
 from simcalib.experiment.protocol import ProtocolSettings, Run
 from simcalib.store.results_store import RESULT_COLUMNS

@@ -10,7 +10,7 @@ import pandas as pd
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 from report.synthetic import write_benchmark
-from study_helpers import PROJECT_ROOT
+from shared_paths import PROJECT_ROOT
 
 from flows.track import NOT_RECORDED, track_results
 from flows.tracking import PARENT_TAG, TAG_ROLE

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import pytest
 from mlflow.tracking import MlflowClient
 from process_helpers import read_until
-from study_helpers import PROJECT_ROOT
+from shared_paths import PROJECT_ROOT
 
 from flows.services import free_port, port_in_use
 from flows.tracking import runs_table_url

@@ -3,11 +3,10 @@
 from pathlib import Path
 
 import pytest
+from shared_paths import PROJECT_ROOT
 
 from simcalib.errors import ConfigError
 from simcalib.tuning import calibrator_option_names, get_search_space, load_search_spaces
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, text: str) -> Path:
