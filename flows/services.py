@@ -1,9 +1,9 @@
 """Local dashboards and servers as child processes: start on 127.0.0.1, wait until healthy, stop cleanly.
 
 Used by ``simcalib ui`` (MLflow UI, Optuna dashboard, Prefect server) and by the deployment test (Prefect
-server and worker). Each child runs in its own session (process group), so a Ctrl-C in the terminal
-reaches only ``simcalib ui``, which then stops the children in order: SIGINT or SIGTERM to the group, and
-SIGKILL only if its leader outlives ``timeout``. Output goes to a log file per service.
+server and worker). Each child is detached from the terminal in a process group of its own (setsid), so a
+Ctrl-C in the terminal reaches only ``simcalib ui``, which then stops the children in order: SIGINT or SIGTERM
+to the group, and SIGKILL only if its leader outlives ``timeout``. Output goes to a log file per service.
 """
 
 from __future__ import annotations
