@@ -53,7 +53,8 @@ def benchmark_folders(folder: Path) -> list[Path]:
     return found
 
 
-def _provenance(folder: Path) -> dict:
+def read_provenance(folder: Path) -> dict:
+    """``folder``'s provenance.yaml as a mapping ({} without one); ConfigError naming the file if it is not YAML."""
     path = folder / "provenance.yaml"
     if not path.is_file():
         return {}
@@ -163,7 +164,7 @@ def track_results(folder: str | Path, tracking_uri: str, experiment: str | None 
     if not folder.is_dir():
         raise ConfigError(f"{folder}: no such folder; give a results folder such as reports/offline")
     experiment = experiment or folder.as_posix().rstrip("/")
-    provenance = _provenance(folder)
+    provenance = read_provenance(folder)
     records = [benchmark_record(experiment, f, provenance) for f in benchmark_folders(folder)]  # all read first
     tracker = StudyTracker(tracking_uri, experiment)
     summary = TrackSummary(experiment, tracker.experiment_id)

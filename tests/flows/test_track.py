@@ -7,12 +7,13 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 from report.synthetic import write_benchmark
 from shared_paths import PROJECT_ROOT
 
-from flows.track import NOT_RECORDED, track_results
+from flows.track import NOT_RECORDED, read_provenance, track_results
 from flows.tracking import PARENT_TAG, TAG_ROLE
 from simcalib.calibrators import calibrator_definition
 from simcalib.store.integrity import CALIBRATOR_DIGEST_COLUMN, CALIBRATOR_OPTIONS_COLUMN
@@ -98,3 +99,16 @@ def test_the_definition_of_each_calibrator_comes_from_its_rows(tmp_path):
     folder = committed_folder(tmp_path)
     rows = pd.read_csv(folder / "results" / "Cora_GCN" / "results.csv")
     assert calibrator_definitions(rows)["GATS"] == json.loads(calibrator_definition("GATS", "Cora", "GCN").text)
+
+
+COMMITTED_PROVENANCE = sorted(
+    path.relative_to(PROJECT_ROOT) for path in (PROJECT_ROOT / "reports").rglob("provenance.yaml")
+)
+
+
+@pytest.mark.parametrize("path", COMMITTED_PROVENANCE, ids=str)
+def test_every_committed_provenance_file_reads_as_track_reads_it(path):
+    """`simcalib track` turns a folder's provenance.yaml into parameters; an unquoted ': ' in a free-text value
+    makes the file invalid YAML, and tracking that folder would stop with an error."""
+    provenance = read_provenance((PROJECT_ROOT / path).parent)
+    assert isinstance(provenance, dict) and provenance, f"{path}: empty or not a mapping"
