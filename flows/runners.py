@@ -62,9 +62,10 @@ def ignore_interrupts() -> None:
 def start_temporary_server() -> str | None:
     """In ephemeral mode (no ``PREFECT_API_URL``): start Prefect's temporary API server now, detached from the
     terminal (setsid), and return its URL (None when a server is configured); flows then use it (Prefect keeps one
-    per process) and Prefect's exit handler stops it. Started by Prefect on entering a flow instead, the server shares the
-    terminal's foreground process group: a Ctrl-C stops it with the study, and the interrupted flow waits on the
-    dead server instead of exiting (docs/decisions.md, "Ctrl-C stops a study"). Call it before the first flow."""
+    per process) and Prefect's exit handler stops it. Started by Prefect on entering a flow instead, the server
+    shares the terminal's foreground process group: a Ctrl-C stops it with the study, and the interrupted flow
+    waits on the dead server instead of exiting (docs/decisions.md, "Ctrl-C stops a study"). Call it before the
+    first flow."""
     from prefect.settings import get_current_settings
 
     if get_current_settings().api.url:
