@@ -466,6 +466,40 @@ def test_one_writer_per_folder_a_second_is_refused_or_waits_and_a_dead_writers_l
     assert heard[0].endswith("which is no longer running")
 
 
+HOLD_LOCK_WRITING_LATE = """
+import sys, time
+from simcalib.store.integrity import results_lock
+strftime = time.strftime
+def late(fmt, *args):  # called between taking the lock and writing the holder's details into it
+    print("locked", flush=True)
+    time.sleep(0.5)
+    return strftime(fmt, *args)
+time.strftime = late
+with results_lock(sys.argv[1], command="holder"):
+    time.strftime = strftime
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_writer_refused_just_after_another_took_the_lock_still_names_it(tmp_path):
+    import subprocess
+    import sys
+
+    from simcalib.store.integrity import ResultsLockedError, results_lock
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK_WRITING_LATE, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"  # the lock is taken, the holder's record not yet written
+        with pytest.raises(ResultsLockedError, match=rf"is being written by pid {holder.pid} on .*\(holder, since "):
+            with results_lock(out):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_an_unwritable_or_full_output_folder_fails_in_one_line_and_keeps_what_was_written(settings, tmp_path,
                                                                                           monkeypatch):
     import errno

@@ -227,6 +227,17 @@ def _holder(path: Path) -> dict:
         return {}
 
 
+def _written_holder(path: Path, patience: float = 2.0) -> dict:
+    """The holder's details once it has written them: a process that has just taken the lock writes them a moment
+    later, so an empty or half-written record is read again for up to ``patience`` seconds."""
+    deadline = time.monotonic() + patience
+    holder = _holder(path)
+    while not holder and time.monotonic() < deadline:
+        time.sleep(0.05)
+        holder = _holder(path)
+    return holder
+
+
 def _describe(holder: dict) -> str:
     if not holder:
         return "another process"
@@ -268,7 +279,7 @@ def results_lock(folder: str | os.PathLike, command: str | None = None, wait: bo
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _holder(path)
+            holder = _written_holder(path)
             if not wait:
                 raise ResultsLockedError(
                     f"{folder} is being written by {_describe(holder)}; two writers would duplicate runs: wait "
@@ -283,8 +294,9 @@ def results_lock(folder: str | os.PathLike, command: str | None = None, wait: bo
         owner = {"pid": os.getpid(), "host": socket.gethostname(),
                  "command": command or " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300],
                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(owner) + "\n").encode(), 0)
+        record = (json.dumps(owner) + "\n").encode()
+        os.pwrite(fd, record, 0)  # written before the truncation, so a reader never finds the file emptied by us
+        os.ftruncate(fd, len(record))
         _HELD.add(key)
         try:
             yield path
