@@ -427,12 +427,13 @@ with results_lock(sys.argv[1], command="holder"):
 """
 
 
-def _hold(folder):
+def _hold(folder, script=HOLD_LOCK, ready="held"):
+    """A process running ``script`` on ``folder``, returned once it has printed ``ready``."""
     import subprocess
     import sys
 
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(folder)], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout.readline().strip() == "held"
+    holder = subprocess.Popen([sys.executable, "-c", script, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == ready
     return holder
 
 
@@ -483,15 +484,11 @@ with results_lock(sys.argv[1], command="holder"):
 
 
 def test_a_writer_refused_just_after_another_took_the_lock_still_names_it(tmp_path):
-    import subprocess
-    import sys
-
     from simcalib.store.integrity import ResultsLockedError, results_lock
 
     out = tmp_path / "out"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK_WRITING_LATE, str(out)], stdout=subprocess.PIPE, text=True)
+    holder = _hold(out, HOLD_LOCK_WRITING_LATE, ready="locked")  # the lock is taken, the holder's record not yet written
     try:
-        assert holder.stdout.readline().strip() == "locked"  # the lock is taken, the holder's record not yet written
         with pytest.raises(ResultsLockedError, match=rf"is being written by pid {holder.pid} on .*\(holder, since "):
             with results_lock(out):
                 pass
