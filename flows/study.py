@@ -12,10 +12,13 @@ Shape of one study (``simcalib study run study/quick.yaml``, or a deployment in 
         (MLflow)         per benchmark            parent run + nested run per calibrator (flow process)
       report             flows.report.report_flow when that module exists
 
-``pretrain`` and ``calibrate`` persist their results under a key of everything their numbers depend on
-(:mod:`flows.caching`), in ``<output>/task-results``: a study killed at any moment and started again
-reuses every finished task and ends with the same numbers. A benchmark already complete is not even submitted:
-``aggregate`` writes ``completion.json`` beside its ``results.csv`` (the benchmark's key over all its task keys,
+A task is submitted only when it can start (:class:`_Scheduler`): backbones one per worker at a time, a run's
+calibrations once its backbone is trained. ``pretrain`` and ``calibrate`` persist their results under a key of
+everything their numbers depend on (:mod:`flows.caching`), in ``<output>/task-results``: a study killed at any
+moment and started again reuses every finished task and ends with the same numbers. Each finished task's result
+is also appended to the benchmark's ``finished-tasks.jsonl`` (:class:`FinishedTasks`), small enough to keep with
+the rows, so a study resumes on a machine without the task cache or the backbones. A benchmark already
+complete is not even submitted: ``aggregate`` writes ``completion.json`` beside its ``results.csv`` (the benchmark's key over all its task keys,
 the file's SHA-256, the backbone statistics), and a later run whose plan gives the same key takes the rows from
 the file (replaying thousands of cached tasks costs about 0.4 s each). The tasks are plain functions underneath
 (``pretrain.fn(...)``) and can be tested without Prefect.
@@ -23,7 +26,8 @@ the file (replaying thousands of cached tasks costs about 0.4 s each). The tasks
 The flow holds the study's output folder for its whole run, and each benchmark folder while writing it
 (:func:`simcalib.store.integrity.results_lock`): a second study (or a ``simcalib benchmark``) on the same folder
 fails with a line naming the holder. ``aggregate`` refuses to replace a ``results.csv`` whose rows were
-computed on another split or graph definition, and ``splits.json`` is never rewritten with another source.
+computed on another split or graph definition, keeps the rows there of calibrators the study does not run (a
+sweep by another command), and ``splits.json`` is never rewritten with another source.
 It prints at start where each benchmark's splits come from. ``$SIMCALIB_FAULT_KILL_AFTER=N`` kills the flow's
 process after its N-th finished calibrate task (for fault-injection tests).
 """
@@ -32,20 +36,24 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.futures import as_completed
 
 from flows.caching import (
     benchmark_key,
     calibrate_across_runs_cache_key_fn,
+    calibrate_across_runs_key,
     calibrate_cache_key_fn,
+    calibrate_key,
     pretrain_cache_key_fn,
+    pretrain_key,
 )
 from flows.runners import make_task_runner, shared_api_server
 from simcalib.data.download import sha256
@@ -67,6 +75,7 @@ from simcalib.store.results_store import append_rows, check_results_file, read_r
 
 TASK_RESULTS = "task-results"  # under the study's output folder
 COMPLETION = "completion.json"  # beside a benchmark's results.csv: what the finished file was computed from
+FINISHED_TASKS = "finished-tasks.jsonl"  # beside it while the benchmark is incomplete: each finished task's result
 PAPER_DIR_ENV = "SIMCALIB_PAPER_DIR"
 
 # torch's random state is process-global: seeded computations in one process run one at a time, so a
@@ -144,16 +153,23 @@ def check_benchmark_rows(rows: list[dict], results: Path) -> None:
                  "(data.splits_dir, $SIMCALIB_SPLITS_DIR, runs.generated_splits) or another output folder")
 
 
-def write_benchmark_results(dataset: str, backbone: str, rows: list[dict], out_dir: str) -> dict:
+def write_benchmark_results(dataset: str, backbone: str, rows: list[dict], out_dir: str,
+                            calibrators: list[str] | None = None) -> dict:
     """Write one benchmark's ``results.csv`` (rows in the given order) and ``summary.csv``; refused when the
-    file there holds the same runs on another split or data definition (:func:`check_benchmark_rows`)."""
+    file there holds the same runs on another split or data definition (:func:`check_benchmark_rows`).
+    ``calibrators``: the ones these rows are of; rows of other calibrators already in the file (another
+    command's, e.g. a sweep) are kept after them. None: the file holds ``rows`` only."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.csv"
     check_benchmark_rows(rows, results)
+    kept: list[dict] = []
+    if calibrators is not None and results.is_file():
+        earlier = read_results(results)
+        kept = earlier[~earlier["calibrator"].isin(calibrators)].to_dict("records")
     partial = out / "results.csv.part"  # written whole, then renamed: a kill never leaves half a file
     partial.unlink(missing_ok=True)
-    append_rows(partial, rows)
+    append_rows(partial, [*rows, *kept])
     partial.replace(results)
     frame = pd.read_csv(results)
     summary = summarize(frame)
@@ -184,6 +200,54 @@ def completed_benchmark(out_dir: Path, key: str) -> list[dict] | None:
     if record.get("benchmark_key") != key or record.get("results_sha256") != sha256(results):
         return None
     return record.get("backbone_stats", [])
+
+
+def read_finished_tasks(out_dir: Path) -> dict[str, object]:
+    """Task key -> result of every task recorded in ``out_dir/finished-tasks.jsonl`` (:class:`FinishedTasks`);
+    a line cut off by a kill is not a record (its task runs again)."""
+    path = out_dir / FINISHED_TASKS
+    if not path.is_file():
+        return {}
+    finished: dict[str, object] = {}
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+            finished[record["key"]] = record["result"]
+        except (ValueError, KeyError, TypeError):
+            continue
+    return finished
+
+
+class FinishedTasks:
+    """The results of a benchmark's finished tasks, one JSON line each (``{"key": task key, "result": ...}``),
+    appended by the flow's process as the tasks finish. Unlike the task cache (``task-results``, one file per
+    task, Prefect's format), the record sits beside the benchmark's rows and is small enough to keep with
+    them (in version control, say): a study started again on a machine without its task cache or backbone
+    cache takes every recorded task from it instead of computing it, and trains only the backbones of runs with
+    a calibrator left. Removed once ``results.csv`` and ``completion.json`` hold the complete benchmark."""
+
+    def __init__(self, out_dir: Path, recorded: dict[str, object]):
+        self.path = out_dir / FINISHED_TASKS
+        self.recorded = recorded
+        self._cut = False  # the file ends in a line cut off by a kill: the next record starts a new line
+        if self.path.is_file() and self.path.stat().st_size:
+            with open(self.path, "rb") as fh:
+                fh.seek(-1, os.SEEK_END)
+                self._cut = fh.read(1) != b"\n"
+
+    def add(self, key: str, result: object) -> None:
+        if key in self.recorded:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as fh:  # JSON keeps every float exactly (and NaN)
+            fh.write(("\n" if self._cut else "") + json.dumps({"key": key, "result": result}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._cut = False
+        self.recorded[key] = result
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 _RUN = "{run.dataset}-{run.backbone}-s{run.split}-i{run.init}-f{run.fold}"
@@ -268,94 +332,24 @@ def run_study(plan: dict) -> dict:
     pretrain_task = pretrain.with_options(result_storage=storage)
     calibrate_task = calibrate.with_options(result_storage=storage)
     calibrate_runs_task = calibrate_runs.with_options(result_storage=storage)
-    threads = execution.torch_threads
     plans = study.benchmarks
 
-    pretrains: dict = {}  # future -> (plan, run)
-    calibrations: dict = {}  # future -> (plan, [runs], calibrator): one run, or a split's runs fitted together
-    keys: dict[str, str] = {}  # benchmark -> its key (flows.caching.benchmark_key)
-    complete: dict[str, list[dict]] = {}  # benchmarks whose results.csv is this plan's output -> backbone stats
+    scheduler = _Scheduler(study, logger, pretrain_task, calibrate_task, calibrate_runs_task)
     for plan in plans:
-        together = {name for name in plan.calibrator_names if execution.batch_calibrators and fits_across_runs(name)}
-        keys[plan.name] = benchmark_key(plan.runs, plan.settings, plan.calibrator_options, together)
-        stats = completed_benchmark(plan.out_dir, keys[plan.name])
-        if stats is not None:
-            complete[plan.name] = stats
-            continue
-        # absolute, like the task-results folder: a worker resolves a relative path against its own directory
-        predictions = str((plan.out_dir / "predictions").resolve()) if execution.save_predictions else None
-        split_futures = _submit_split_batches(plan, threads, execution.models_per_batch)
-        backbones: dict[int, list] = {}  # split -> its runs' pretrain futures
-        for run in plan.runs:
-            backbone = pretrain_task.submit(run, plan.settings, threads,
-                                            wait_for=[split_futures[run.split]] if split_futures else None)
-            pretrains[backbone] = (plan, run)
-            backbones.setdefault(run.split, []).append(backbone)
-            for name, options in plan.calibrator_options.items():
-                if name not in together:
-                    future = calibrate_task.submit(run, plan.settings, name, options, predictions, threads,
-                                                   wait_for=[backbone])
-                    calibrations[future] = (plan, [run], name)
-        for split, futures in backbones.items():
-            runs = [pretrains[f][1] for f in futures]
-            for name, options in plan.calibrator_options.items():
-                if name in together:
-                    future = calibrate_runs_task.with_options(
-                        task_run_name=f"calibrate-runs-{name}-{plan.name}-s{split}").submit(
-                        runs, plan.settings, name, options, predictions, threads, wait_for=futures)
-                    calibrations[future] = (plan, runs, name)
-
+        scheduler.plan_benchmark(plan)
     logger.info("study %s: %d benchmarks x %d runs, %d calibrators (%d benchmarks complete before) -> %d tasks on %s "
                 "(%d workers); output %s", study.name, len(plans), study.runs_per_benchmark,
-                len({c for p in plans for c in p.calibrator_names}), len(complete), len(pretrains) + len(calibrations),
+                len({c for p in plans for c in p.calibrator_names}), len(scheduler.complete), scheduler.task_count(),
                 execution.runner, execution.workers, study.output)
-    tracker = _tracker(study, logger)
-    benchmarks: list[dict] = []
-    for plan in plans:
-        if plan.name in complete:
-            logger.info("%s: complete in %s (%s matches this plan and code): no task submitted", plan.name,
-                        plan.out_dir / "results.csv", COMPLETION)
-            written = {"dataset": plan.dataset, "backbone": plan.backbone, "results": str(plan.out_dir / "results.csv"),
-                       "summary": str(plan.out_dir / "summary.csv")}
-            benchmarks.append(_log_benchmark(study, plan, written, complete[plan.name], tracker, logger))
-    pre_tally, cal_tally = _Tally(), _Tally()
-    backbone_stats: dict[str, list[dict]] = {p.name: [] for p in plans}
-    remaining = {p.name: len(p.runs) * len(p.calibrators) for p in plans}
-    rows: dict[str, list[tuple[tuple, dict]]] = {p.name: [] for p in plans}
-    done = 0
-    # A run's pretrain finishes before its calibrations start, so a benchmark whose calibrations are all
-    # done has all its backbone statistics too.
-    for future in as_completed([*pretrains, *calibrations]):
-        if future in pretrains:
-            plan, run = pretrains[future]
-            if pre_tally.add(future, f"pretrain {run.tag()}"):
-                backbone_stats[plan.name].append(future.result())
-            continue
-        plan, runs, name = calibrations[future]
-        done += 1
-        what = f"calibrate {runs[0].tag()}{f' and {len(runs) - 1} more runs' if len(runs) > 1 else ''} {name}"
-        if cal_tally.add(future, what):
-            finished_run()  # the fault hook ($SIMCALIB_FAULT_KILL_AFTER)
-            result = future.result()
-            for run, row in zip(runs, result if isinstance(result, list) else [result]):
-                order = (run.split, run.init, run.fold, plan.calibrator_names.index(name))
-                rows[plan.name].append((order, row))
-                logger.info("[%d/%d] %s s%d i%d f%d %-10s ECE %6.2f%%  (%s)", done, len(calibrations), plan.name,
-                            run.split, run.init, run.fold, name, row["ece"], future.state.name.lower())
-        else:
-            logger.error("[%d/%d] %s", done, len(calibrations), cal_tally.failed[-1])
-        remaining[plan.name] -= len(runs)
-        if remaining[plan.name] == 0 and rows[plan.name]:
-            ordered = [row for _, row in sorted(rows[plan.name], key=lambda item: item[0])]
-            benchmarks.append(_finish_benchmark(study, plan, ordered, backbone_stats[plan.name], keys[plan.name],
-                                                tracker, logger))
-
+    scheduler.run(_tracker(study, logger))
+    pre_tally, cal_tally = scheduler.pre_tally, scheduler.cal_tally
     result = {
         "study": study.name, "study_file": study.source, "output": str(study.output),
         "tracking_uri": execution.tracking_uri, "experiment": execution.experiment,
-        "experiment_id": tracker.experiment_id,
+        "experiment_id": scheduler.tracker.experiment_id,
         "tasks": {"pretrain": pre_tally.as_dict(), "calibrate": cal_tally.as_dict()},
-        "benchmarks": benchmarks, "complete_before": sorted(complete), "report": None,
+        "recorded": scheduler.recorded, "benchmarks": scheduler.benchmarks,
+        "complete_before": sorted(scheduler.complete), "report": None,
     }
     failures = pre_tally.failed + cal_tally.failed
     if failures:
@@ -369,16 +363,255 @@ def run_study(plan: dict) -> dict:
     return result
 
 
-def _submit_split_batches(plan: BenchmarkPlan, threads: int | None, models_per_batch: int | None) -> dict:
-    """With ``runs.batch_runs``: one batched-training task per split of ``plan`` (split -> future); else {}."""
-    if not plan.settings.batch_runs:
-        return {}
-    by_split: dict[int, list[Run]] = {}
-    for run in plan.runs:
-        by_split.setdefault(run.split, []).append(run)
-    return {split: pretrain_batch.with_options(task_run_name=f"pretrain-split-{plan.name}-s{split}").submit(
-                runs, plan.settings, threads, models_per_batch)
-            for split, runs in by_split.items()}
+class _Completions:
+    """Futures in the order they finish, watched as they are submitted (``prefect.futures.as_completed`` takes a
+    fixed set; the scheduler submits a run's calibrations only once its backbone is trained)."""
+
+    def __init__(self):
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self.pending = 0
+
+    def watch(self, future) -> None:
+        self.pending += 1
+        future.add_done_callback(self._done.put)
+
+    def __iter__(self):
+        while self.pending:
+            future = self._done.get()
+            self.pending -= 1
+            yield future
+
+
+@dataclass
+class _Job:
+    """One backbone training: a run, or (``runs.batch_runs``) a split's runs trained as one batched model."""
+
+    plan: BenchmarkPlan
+    runs: list[tuple[Run, str]]  # (run, pretrain task key)
+    untrained: int = 0  # of runs, backbones not trained yet
+
+
+class _Scheduler:
+    """Submits a study's tasks so that every worker stays busy and a run's calibrations follow its backbone.
+
+    A task submitted with ``wait_for`` holds one of the task runner's resolver threads (as many as it has workers)
+    until its dependencies finish; submitting every task at once would leave workers idle while a backbone
+    trains. So a task is submitted only when it can run: backbones one training job per worker at a time
+    (in the study's order), a run's calibrations when its backbone is trained, a split's calibrators fitted
+    on its runs together when all of them are. Each finished task's result joins the benchmark's
+    finished-tasks record (:class:`FinishedTasks`); tasks already recorded are not submitted at all."""
+
+    def __init__(self, study: StudyPlan, logger, pretrain_task, calibrate_task, calibrate_runs_task):
+        self.study, self.logger = study, logger
+        self.tasks = (pretrain_task, calibrate_task, calibrate_runs_task)
+        self.threads = study.execution.torch_threads
+        self.limit = max(1, study.execution.workers or 1)  # training jobs in flight
+        self.keys: dict[str, str] = {}  # benchmark -> its key (flows.caching.benchmark_key)
+        self.complete: dict[str, list[dict]] = {}  # benchmarks whose results.csv is this plan's output -> stats
+        self.records: dict[str, FinishedTasks] = {}
+        self.backbone_stats: dict[str, list[dict]] = {}
+        self.rows: dict[str, list[tuple[tuple, dict]]] = {}
+        self.remaining: dict[str, int] = {}  # benchmark -> (run, calibrator) rows not yet in
+        self.recorded = {"pretrain": 0, "calibrate": 0}  # tasks taken from the records, not submitted
+        self.left: dict[tuple[str, Run], dict[str, str]] = {}  # (benchmark, run) -> calibrator -> task key
+        self.left_together: dict[tuple[str, int], dict[str, str]] = {}  # (benchmark, split) -> calibrator -> key
+        self.split_runs: dict[tuple[str, int], list[Run]] = {}
+        self.split_untrained: dict[tuple[str, int], int] = {}
+        self.split_failed: set[tuple[str, int]] = set()
+        self.jobs: deque[_Job] = deque()
+        self.in_flight = 0
+        self.futures: dict = {}  # future -> ("batch", job) | ("pretrain", job, run, key) | ("calibrate", plan, runs, name, key)
+        self.completions = _Completions()
+        self.pre_tally, self.cal_tally = _Tally(), _Tally()
+        self.calibrations = 0  # calibrate tasks to submit (for the progress lines)
+        self.done = 0
+        self.benchmarks: list[dict] = []
+        self.tracker = None
+
+    # --- planning ----------------------------------------------------------------------------------------
+    def plan_benchmark(self, plan: BenchmarkPlan) -> None:
+        settings, name = plan.settings, plan.name
+        together = {c for c in plan.calibrator_names
+                    if self.study.execution.batch_calibrators and fits_across_runs(c)}
+        self.keys[name] = benchmark_key(plan.runs, settings, plan.calibrator_options, together)
+        stats = completed_benchmark(plan.out_dir, self.keys[name])
+        if stats is not None:
+            self.complete[name] = stats
+            return
+        self.records[name] = FinishedTasks(plan.out_dir, read_finished_tasks(plan.out_dir))
+        self.backbone_stats[name], self.rows[name] = [], []
+        self.remaining[name] = len(plan.runs) * len(plan.calibrators)
+        for run in plan.runs:
+            self.split_runs.setdefault((name, run.split), []).append(run)
+        for split, runs in ((s, r) for (b, s), r in self.split_runs.items() if b == name):
+            self.left_together[(name, split)] = {
+                c: key for c, options in plan.calibrator_options.items() if c in together
+                if not self._take(plan, runs, c, key := calibrate_across_runs_key(runs, settings, c, options))}
+        to_train = []
+        for run in plan.runs:
+            self.left[(name, run)] = {
+                c: key for c, options in plan.calibrator_options.items() if c not in together
+                if not self._take(plan, [run], c, key := calibrate_key(run, settings, c, options))}
+            pretrain_id = pretrain_key(run, settings)
+            record = self.records[name].recorded
+            if not self.left[(name, run)] and not self.left_together[(name, run.split)] and pretrain_id in record:
+                self.backbone_stats[name].append(record[pretrain_id])  # nothing left: no backbone needed
+                self.recorded["pretrain"] += 1
+            else:
+                to_train.append((run, pretrain_id))
+                self.split_untrained[(name, run.split)] = self.split_untrained.get((name, run.split), 0) + 1
+                self.calibrations += len(self.left[(name, run)])
+        self.calibrations += sum(len(v) for (b, _), v in self.left_together.items() if b == name)
+        if settings.batch_runs:
+            by_split: dict[int, list] = {}
+            for run, key in to_train:
+                by_split.setdefault(run.split, []).append((run, key))
+            self.jobs.extend(_Job(plan, runs) for runs in by_split.values())
+        else:
+            self.jobs.extend(_Job(plan, [entry]) for entry in to_train)
+        if self.rows[name]:
+            self.logger.info("%s: %d calibrate and %d pretrain tasks from %s; %d backbones to train", name,
+                             len(self.rows[name]), len(plan.runs) - len(to_train), self.records[name].path,
+                             len(to_train))
+
+    def _take(self, plan: BenchmarkPlan, runs: list[Run], calibrator: str, key: str) -> bool:
+        """Whether the task ``key`` is in the benchmark's record; if so its rows join the benchmark's."""
+        record = self.records[plan.name].recorded
+        if key not in record:
+            return False
+        result = record[key]
+        for run, row in zip(runs, result if isinstance(result, list) else [result]):
+            self.rows[plan.name].append(((run.split, run.init, run.fold, plan.calibrator_names.index(calibrator)), row))
+        self.remaining[plan.name] -= len(runs)
+        self.recorded["calibrate"] += 1
+        return True
+
+    def task_count(self) -> int:
+        return sum(len(job.runs) for job in self.jobs) + self.calibrations
+
+    # --- running -----------------------------------------------------------------------------------------
+    def run(self, tracker) -> None:
+        """Submit, then handle each task as it finishes until none is left."""
+        self.start(tracker)
+        for future in self.completions:
+            self.handle(future)
+
+    def start(self, tracker) -> None:
+        """Log the benchmarks complete before, write those whose every task is recorded, submit the first jobs."""
+        self.tracker = tracker
+        for plan in self.study.benchmarks:
+            if plan.name in self.complete:
+                self.logger.info("%s: complete in %s (%s matches this plan and code): no task submitted", plan.name,
+                                 plan.out_dir / "results.csv", COMPLETION)
+                written = {"dataset": plan.dataset, "backbone": plan.backbone,
+                           "results": str(plan.out_dir / "results.csv"), "summary": str(plan.out_dir / "summary.csv")}
+                self.benchmarks.append(_log_benchmark(self.study, plan, written, self.complete[plan.name], tracker,
+                                                      self.logger))
+            elif self.remaining[plan.name] == 0:  # every task recorded (stopped before results.csv was written)
+                self._finish(plan)
+        self._start_jobs()
+
+    def handle(self, future) -> None:
+        """A finished task: record it, then submit what it unblocks."""
+        entry = self.futures.pop(future)
+        if entry[0] == "batch":
+            self._batch_done(future, entry[1])
+        elif entry[0] == "pretrain":
+            self._pretrain_done(future, *entry[1:])
+        else:
+            self._calibrate_done(future, *entry[1:])
+
+    def _submit(self, future, entry: tuple) -> None:
+        self.futures[future] = entry
+        self.completions.watch(future)
+
+    def _start_jobs(self) -> None:
+        pretrain_task = self.tasks[0]
+        while self.jobs and self.in_flight < self.limit:
+            job = self.jobs.popleft()
+            job.untrained = len(job.runs)
+            self.in_flight += 1
+            if job.plan.settings.batch_runs:
+                runs = [run for run, _ in job.runs]
+                self._submit(pretrain_batch.with_options(
+                    task_run_name=f"pretrain-split-{job.plan.name}-s{runs[0].split}").submit(
+                        runs, job.plan.settings, self.threads, self.study.execution.models_per_batch), ("batch", job))
+            else:
+                run, key = job.runs[0]
+                self._submit(pretrain_task.submit(run, job.plan.settings, self.threads), ("pretrain", job, run, key))
+
+    def _batch_done(self, future, job: _Job) -> None:
+        # the per-run pretrain tasks load the batch's models from the backbone cache (or train a run the batch
+        # could not: a failed batch fails its runs there)
+        for run, key in job.runs:
+            self._submit(self.tasks[0].submit(run, job.plan.settings, self.threads, wait_for=[future]),
+                         ("pretrain", job, run, key))
+
+    def _pretrain_done(self, future, job: _Job, run: Run, key: str) -> None:
+        plan = job.plan
+        predictions = (str((plan.out_dir / "predictions").resolve())  # absolute: workers have their own cwd
+                       if self.study.execution.save_predictions else None)
+        if self.pre_tally.add(future, f"pretrain {run.tag()}"):
+            stats = future.result()
+            self.backbone_stats[plan.name].append(stats)
+            self.records[plan.name].add(key, stats)
+            for name, calibration_key in self.left[(plan.name, run)].items():
+                self._submit(self.tasks[1].submit(run, plan.settings, name, plan.calibrator_options[name], predictions,
+                                                  self.threads, wait_for=[future]),
+                             ("calibrate", plan, [run], name, calibration_key))
+        else:
+            self.split_failed.add((plan.name, run.split))
+            for name in self.left[(plan.name, run)]:
+                self._not_run(plan, [run], name, f"its backbone (pretrain {run.tag()}) failed")
+        split = (plan.name, run.split)
+        self.split_untrained[split] -= 1
+        if self.split_untrained[split] == 0:
+            runs = self.split_runs[split]
+            for name, calibration_key in self.left_together[split].items():
+                if split in self.split_failed:
+                    self._not_run(plan, runs, name, f"a backbone of split {run.split} failed")
+                    continue
+                self._submit(self.tasks[2].with_options(task_run_name=f"calibrate-runs-{name}-{plan.name}-s{run.split}")
+                             .submit(runs, plan.settings, name, plan.calibrator_options[name], predictions, self.threads),
+                             ("calibrate", plan, runs, name, calibration_key))
+        job.untrained -= 1
+        if job.untrained == 0:
+            self.in_flight -= 1
+            self._start_jobs()
+
+    def _calibrate_done(self, future, plan: BenchmarkPlan, runs: list[Run], name: str, key: str) -> None:
+        self.done += 1
+        what = f"calibrate {runs[0].tag()}{f' and {len(runs) - 1} more runs' if len(runs) > 1 else ''} {name}"
+        if self.cal_tally.add(future, what):
+            finished_run()  # the fault hook ($SIMCALIB_FAULT_KILL_AFTER)
+            result = future.result()
+            self.records[plan.name].add(key, result)
+            for run, row in zip(runs, result if isinstance(result, list) else [result]):
+                self.rows[plan.name].append(((run.split, run.init, run.fold, plan.calibrator_names.index(name)), row))
+                self.logger.info("[%d/%d] %s s%d i%d f%d %-10s ECE %6.2f%%  (%s)", self.done, self.calibrations,
+                                 plan.name, run.split, run.init, run.fold, name, row["ece"],
+                                 future.state.name.lower())
+        else:
+            self.logger.error("[%d/%d] %s", self.done, self.calibrations, self.cal_tally.failed[-1])
+        self._count(plan, len(runs))
+
+    def _not_run(self, plan: BenchmarkPlan, runs: list[Run], name: str, reason: str) -> None:
+        self.done += 1
+        self.cal_tally.failed.append(f"calibrate {runs[0].tag()} {name}: not run, {reason}")
+        self.logger.error("[%d/%d] %s", self.done, self.calibrations, self.cal_tally.failed[-1])
+        self._count(plan, len(runs))
+
+    def _count(self, plan: BenchmarkPlan, n_rows: int) -> None:
+        self.remaining[plan.name] -= n_rows
+        if self.remaining[plan.name] == 0 and self.rows[plan.name]:
+            self._finish(plan)
+
+    def _finish(self, plan: BenchmarkPlan) -> None:
+        ordered = [row for _, row in sorted(self.rows[plan.name], key=lambda item: item[0])]
+        self.benchmarks.append(_finish_benchmark(self.study, plan, ordered, self.backbone_stats[plan.name],
+                                                 self.keys[plan.name], self.tracker, self.logger))
+        if len(ordered) == len(plan.runs) * len(plan.calibrators):  # results.csv and completion.json hold them
+            self.records[plan.name].remove()
 
 
 def _tracker(study: StudyPlan, logger):
@@ -397,7 +630,7 @@ def _finish_benchmark(study: StudyPlan, plan: BenchmarkPlan, rows: list[dict], b
     with results_lock(plan.out_dir, command=f"simcalib study run {study.source}"):
         check_benchmark_rows(rows, plan.out_dir / "results.csv")  # before splits.json or results.csv change
         record_split_sources(plan.out_dir, plan.split_sources)
-        written = aggregate(plan.dataset, plan.backbone, rows, str(plan.out_dir))
+        written = aggregate(plan.dataset, plan.backbone, rows, str(plan.out_dir), plan.calibrator_names)
         if len(rows) == len(plan.runs) * len(plan.calibrators):  # a failed task leaves the benchmark incomplete
             record_completion(plan.out_dir, key, backbone_stats)
     return _log_benchmark(study, plan, written, backbone_stats, tracker, logger)

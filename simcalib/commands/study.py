@@ -46,10 +46,42 @@ def add_override_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, help="parallel tasks (threads, processes or Dask workers)")
     parser.add_argument("--dask-address", help="Dask scheduler address, e.g. tcp://10.0.0.5:8786 (implies --runner dask)")
     parser.add_argument("--torch-threads", type=int, help="torch threads per task process")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+                        help="any study-file key, dotted for nesting, VALUE read as YAML (repeatable): e.g. "
+                             "--set 'benchmarks.datasets=[Computers, Photo]' --set save_predictions=false")
+
+
+def settings_overrides(settings: list[str]) -> dict:
+    """``--set`` values (``a.b=VALUE``, VALUE as YAML) as nested study-file keys; ConfigError names a malformed one."""
+    import yaml
+
+    from simcalib.errors import ConfigError
+
+    overrides: dict = {}
+    for setting in settings:
+        key, sep, text = setting.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise ConfigError(f"--set {setting!r}: expected KEY=VALUE with a dotted study-file key, "
+                              "e.g. --set save_predictions=false or --set 'benchmarks.datasets=[Cora, CS]'")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {setting!r}: the value is not valid YAML ({str(exc).splitlines()[0]})") from None
+        node = overrides
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {setting!r}: {part!r} is also set to a value by an earlier --set")
+        node[parts[-1]] = value
+    return overrides
 
 
 def overrides_from(args: argparse.Namespace) -> dict:
-    """Command-line values as nested study-file keys (they win over the file)."""
+    """Command-line values as nested study-file keys (they win over the file): ``--set`` first, then the named
+    options, which win over a ``--set`` of the same key."""
+    from simcalib.experiment.study import merge_overrides
+
     overrides: dict = {}
     if args.output:
         overrides["output"] = args.output
@@ -63,7 +95,7 @@ def overrides_from(args: argparse.Namespace) -> dict:
         overrides["task_runner"] = runner
     if getattr(args, "no_report", False):
         overrides["report"] = False
-    return overrides
+    return merge_overrides(settings_overrides(getattr(args, "settings", [])), overrides)
 
 
 def check_study(args: argparse.Namespace) -> int:
@@ -135,6 +167,10 @@ def print_outcome(result: dict) -> None:
     tasks = result["tasks"]
     print(f"\ntasks: pretrain {tasks['pretrain']['computed']} computed, {tasks['pretrain']['cached']} cached; "
           f"calibrate {tasks['calibrate']['computed']} computed, {tasks['calibrate']['cached']} cached")
+    recorded = result.get("recorded", {})
+    if any(recorded.values()):
+        print(f"from the finished-tasks records (not submitted): pretrain {recorded['pretrain']}, "
+              f"calibrate {recorded['calibrate']}")
     if result.get("complete_before"):
         print(f"complete before this run (rows read from results.csv, no task submitted): "
               f"{', '.join(result['complete_before'])}")

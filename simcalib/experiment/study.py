@@ -258,11 +258,12 @@ class Study:
 # Loading and checking
 
 
-def _merge(base: dict, overrides: dict) -> dict:
+def merge_overrides(base: dict, overrides: dict) -> dict:
+    """``base`` with ``overrides`` winning, nested dicts merged key by key (neither argument is changed)."""
     merged = dict(base)
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
+            merged[key] = merge_overrides(merged[key], value)
         else:
             merged[key] = value
     return merged
@@ -450,20 +451,24 @@ def load_study(path: str | os.PathLike, overrides: dict | None = None) -> Study:
         raise ConfigError(f"study file {path} does not exist; see study/*.yaml for examples")
     data, lines = parse_yaml(path.read_text(), str(path))
     if overrides:
-        data = _merge(data, overrides)
+        data = merge_overrides(data, overrides)
         lines = {k: v for k, v in lines.items() if not _overridden(k, overrides)}
     return study_from_dict(data, str(path), lines)
 
 
 def _overridden(path: Path_, overrides: dict) -> bool:
+    """Whether the value at ``path`` comes from ``overrides`` (itself, or a list or value above it)."""
     node: Any = overrides
     for key in path:
-        if not isinstance(node, dict) or key not in node:
+        if not isinstance(node, dict):
+            return True  # an overridden list or value holds this path
+        if key not in node:
             return False
         node = node[key]
     return True
 
 
 __all__ = [
-    "DEFAULT_TRACKING_URI", "CalibratorPlan", "Study", "StudySpec", "load_study", "parse_yaml", "study_from_dict",
+    "DEFAULT_TRACKING_URI", "CalibratorPlan", "Study", "StudySpec", "load_study", "merge_overrides", "parse_yaml",
+    "study_from_dict",
 ]

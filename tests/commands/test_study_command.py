@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -64,3 +65,25 @@ def test_check_shows_the_plan(capsys):
     assert sum(line.startswith("  splits       ") for line in lines) == len(study.datasets)
     assert sum(" runs (splits " in line for line in lines) == 12
     assert sum(line.startswith("    TS ") and "on all benchmarks" in line for line in lines) == 1
+
+
+def test_set_overrides_any_key_and_the_named_options_win(capsys):
+    study = str(PROJECT_ROOT / "study" / "offline.yaml")
+    assert main(["study", "check", study, "--set", "benchmarks.datasets=[Computers, CS]", "--set",
+                 "runs.inits=2", "--set", "task_runner.workers=4", "--workers", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "4 benchmarks, " in out and "120 runs (30 per benchmark)" in out
+    assert "runner       processes x 3" in out  # --workers wins over --set task_runner.workers
+
+
+@pytest.mark.parametrize("setting, expected", [
+    ("save_predictions", "--set 'save_predictions': expected KEY=VALUE"),
+    ("runs.splits=[1", "--set 'runs.splits=[1': the value is not valid YAML"),
+    ("benchmarks.datasets=[Coraa]", "benchmarks.datasets.0: unknown dataset 'Coraa'"),
+    ("runz.splits=1", "unknown key 'runz'"),
+])
+def test_a_bad_set_fails_in_one_line_naming_it(capsys, setting, expected):
+    assert main(["study", "check", str(PROJECT_ROOT / "study" / "offline.yaml"), "--set", setting]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
+    assert not re.search(r"offline\.yaml:\d", err)  # an overridden value has no line in the file

@@ -11,6 +11,7 @@ import yaml
 
 TINY_CALIBRATORS = ["UnCal", "TS", "VS", "ETS"]
 TASKS_LINE = re.compile(r"tasks: pretrain (\d+) computed, (\d+) cached; calibrate (\d+) computed, (\d+) cached")
+RECORDED_LINE = re.compile(r"from the finished-tasks records \(not submitted\): pretrain (\d+), calibrate (\d+)")
 
 
 @dataclass

@@ -4,6 +4,7 @@ refusals of another split source and of a second writer."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -17,7 +18,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 from shared_paths import PROJECT_ROOT
-from study_helpers import TASKS_LINE, TINY_CALIBRATORS, numbers
+from study_helpers import RECORDED_LINE, TASKS_LINE, TINY_CALIBRATORS, numbers
 
 from simcalib.experiment.protocol import ProtocolSettings, Run
 from simcalib.store.results_store import RESULT_COLUMNS
@@ -205,7 +206,12 @@ def test_kill_9_then_the_same_command_recomputes_nothing_finished(reference, stu
     output, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, output
     counts = [int(x) for x in TASKS_LINE.search(output).groups()]
-    assert counts == [3 - n_pretrain, n_pretrain, 12 - n_calibrate, n_calibrate], output
+    recorded = RECORDED_LINE.search(output)
+    from_record = [int(x) for x in recorded.groups()] if recorded else [0, 0]
+    # a finished task comes from the task cache or (not even submitted) from the benchmark's finished-tasks
+    # record; nothing finished is computed again
+    assert counts[0::2] == [3 - n_pretrain, 12 - n_calibrate], output
+    assert [counts[1] + from_record[0], counts[3] + from_record[1]] == [n_pretrain, n_calibrate], output
     assert f"splits:  Cora-GCN: split(s) 0 from the fixed GATS files in {study_env.splits} (given)" in output
     assert all(task_results.joinpath(name).stat().st_mtime_ns == mtime for name, mtime in finished.items())
     results = pd.read_csv(study_file.parent / "out" / "Cora_GCN" / "results.csv")
@@ -373,3 +379,61 @@ def test_a_batch_calibrators_study_fits_a_splits_runs_together_gives_the_per_run
     # a run's model is its lone fit to float rounding
     assert rows["ece"].tolist() == pytest.approx(per_run["ece"].tolist(), abs=1e-3)
     assert rows["nll"].tolist() == pytest.approx(per_run["nll"].tolist(), rel=1e-4)
+
+
+def test_aggregate_keeps_the_rows_of_calibrators_the_study_does_not_run(reference, tmp_path):
+    from flows.study import aggregate
+
+    rows = reference.results.to_dict("records")
+    sweep = reference.results[reference.results.calibrator == "TS"].assign(calibrator="TS_sweep", ece=1.5)
+    folder = tmp_path / "Cora_GCN"
+    folder.mkdir()
+    pd.concat([reference.results[reference.results.calibrator != "VS"], sweep]).to_csv(folder / "results.csv",
+                                                                                        index=False)
+    aggregate.fn("Cora", "GCN", rows, str(folder), calibrators=["UnCal", "TS", "VS", "ETS"])
+    written = pd.read_csv(folder / "results.csv")
+    assert list(written["calibrator"]) == list(reference.results["calibrator"]) + ["TS_sweep"] * 3
+    pd.testing.assert_frame_equal(numbers(written.iloc[:12]), numbers(reference.results))
+    assert (written.iloc[12:]["ece"] == 1.5).all()
+    aggregate.fn("Cora", "GCN", rows, str(folder))  # without the study's calibrators: its rows alone
+    assert len(pd.read_csv(folder / "results.csv")) == 12
+
+
+def test_a_study_stopped_midway_resumes_from_its_finished_tasks_record_without_task_or_backbone_cache(
+        reference, study_env, tmp_path, monkeypatch):
+    """The machine is gone: only the benchmark's folder is left (finished-tasks.jsonl beside results.csv). The
+    recorded tasks are not run again, only the backbones of runs with calibrations left are trained, and
+    the rows equal the uninterrupted study's."""
+    import flows.study
+    from flows.study import COMPLETION, FINISHED_TASKS, study_flow
+
+    path = study_env.write("recorded", runner={"workers": 1})
+    stops = iter(range(5))
+
+    def stop_at_the_fifth():  # the flow's process dies after 4 calibrations were recorded
+        if next(stops) == 4:
+            raise RuntimeError("stopped")
+
+    monkeypatch.setattr(flows.study, "finished_run", stop_at_the_fifth)
+    first_cache = {"data": {"cache_dir": str(tmp_path / "backbones-first")}}
+    with pytest.raises(Exception, match="stopped"):
+        study_flow(str(path), first_cache)
+    monkeypatch.undo()
+    out = path.parent / "out"
+    record = out / "Cora_GCN" / FINISHED_TASKS
+    recorded = [json.loads(line) for line in record.read_text().splitlines()]
+    done = [(r["result"]["fold"], r["result"]["calibrator"]) for r in recorded if r["key"].startswith("calibrate-")]
+    assert len(done) == 4
+    shutil.rmtree(out / "task-results")
+
+    cache = tmp_path / "backbones-second"  # empty: every backbone needed is trained again
+    result = study_flow(str(path), {"data": {"cache_dir": str(cache)}})
+
+    assert result["recorded"]["calibrate"] == 4
+    assert result["tasks"]["calibrate"] == {"computed": 8, "cached": 0, "failed": 0}
+    folds_left = {fold for fold in range(3)} - {fold for fold in range(3)
+                                                if all((fold, c) in done for c in TINY_CALIBRATORS)}
+    assert result["tasks"]["pretrain"]["computed"] == len(folds_left) == len(list(cache.rglob("*.pt")))
+    results = pd.read_csv(out / "Cora_GCN" / "results.csv")
+    pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))
+    assert not record.exists() and (out / "Cora_GCN" / COMPLETION).is_file()

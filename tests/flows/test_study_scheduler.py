@@ -1,0 +1,149 @@
+"""The study flow's scheduler (``flows.study._Scheduler``) on fake tasks: what it submits when, and what it takes
+from a benchmark's finished-tasks record instead of submitting.
+
+The fake tasks finish only when a test says so, oldest first (a task runner's queue), so every step is
+deterministic; the real tasks and Prefect run in test_study_flow.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+import flows.study
+from flows.study import FINISHED_TASKS, _Scheduler
+from simcalib.experiment.plan import plan_study
+from simcalib.experiment.study import load_study
+
+CALIBRATORS = ["UnCal", "TS", "VS", "ETS"]
+
+
+class FakeFuture:
+    def __init__(self, kind: str, what: str, result):
+        self.kind, self.what, self._result = kind, what, result
+        self.done = False
+        self.callbacks: list = []
+        completed = SimpleNamespace(name="Completed", message=None, is_completed=lambda: True, is_final=lambda: True)
+        self.state = completed
+
+    def add_done_callback(self, fn) -> None:
+        fn(self) if self.done else self.callbacks.append(fn)
+
+    def wait(self) -> None:
+        assert self.done
+
+    def result(self):
+        return self._result
+
+    def finish(self) -> None:
+        self.done = True
+        for fn in self.callbacks:
+            fn(self)
+
+
+class FakeTask:
+    """Records each submission; refuses one whose ``wait_for`` has not finished (it would hold a resolver thread)."""
+
+    def __init__(self, kind: str, submitted: list[FakeFuture]):
+        self.kind, self.submitted = kind, submitted
+
+    def with_options(self, **_):
+        return self
+
+    def submit(self, *args, wait_for=None):
+        assert all(f.done for f in wait_for or []), f"{self.kind} submitted before its dependencies finished"
+        run = args[0]
+        if self.kind == "pretrain":
+            future = FakeFuture("pretrain", run.tag(), {"run": run.tag(), "val_accuracy": 0.5})
+        else:
+            name = args[2]
+            row = {"calibrator": name, "split": run.split, "init": run.init, "fold": run.fold, "ece": 0.1 * run.fold}
+            future = FakeFuture("calibrate", f"{run.tag()} {name}", row)
+        self.submitted.append(future)
+        return future
+
+
+@pytest.fixture
+def tiny_plan(study_env, tmp_path):
+    path = study_env.write("scheduled", calibrators=CALIBRATORS, output=str(tmp_path / "out"))
+    return plan_study(load_study(path), data=False)
+
+
+@pytest.fixture
+def finished(monkeypatch):
+    """The benchmarks the scheduler finished: (benchmark, its rows in order)."""
+    written: list[tuple[str, list[dict]]] = []
+    monkeypatch.setattr(flows.study, "_finish_benchmark",
+                        lambda study, plan, rows, stats, key, tracker, logger: written.append((plan.name, rows)) or {})
+    return written
+
+
+def _scheduler(plan) -> tuple[_Scheduler, list[FakeFuture]]:
+    submitted: list[FakeFuture] = []
+    scheduler = _Scheduler(plan, logging.getLogger("test"), FakeTask("pretrain", submitted),
+                           FakeTask("calibrate", submitted), FakeTask("calibrate-runs", submitted))
+    for benchmark in plan.benchmarks:
+        scheduler.plan_benchmark(benchmark)
+    scheduler.start(tracker=None)
+    return scheduler, submitted
+
+
+def _finish_oldest(scheduler: _Scheduler, submitted: list[FakeFuture]) -> FakeFuture:
+    future = next(f for f in submitted if not f.done)
+    future.finish()
+    scheduler.handle(next(iter(scheduler.completions)))
+    return future
+
+
+def test_backbones_train_one_per_worker_and_a_runs_calibrations_follow_its_own(tiny_plan, finished):
+    scheduler, submitted = _scheduler(tiny_plan)  # Cora GCN, folds 0-2, 2 workers
+    assert [f.what for f in submitted] == ["Cora_GCN_s0_i0_f0", "Cora_GCN_s0_i0_f1"]  # both workers train
+    _finish_oldest(scheduler, submitted)  # f0's backbone: its calibrations, then the next backbone, queue up
+    assert [f.what for f in submitted[2:]] == [f"Cora_GCN_s0_i0_f0 {c}" for c in CALIBRATORS] + ["Cora_GCN_s0_i0_f2"]
+    while any(not f.done for f in submitted):
+        _finish_oldest(scheduler, submitted)
+        training = [f for f in submitted if f.kind == "pretrain" and not f.done]
+        assert len(training) <= 2
+    assert len(submitted) == 3 + 12
+    (name, rows), = finished
+    assert name == "Cora-GCN" and [(r["fold"], r["calibrator"]) for r in rows] == [
+        (fold, c) for fold in range(3) for c in CALIBRATORS]
+    assert not (tiny_plan.benchmarks[0].out_dir / FINISHED_TASKS).exists()  # complete: results.csv holds the rows
+
+
+def test_a_scheduler_started_again_takes_the_recorded_tasks_and_trains_only_runs_with_work_left(tiny_plan, finished):
+    first, submitted = _scheduler(tiny_plan)
+    for _ in range(6):  # f0's and f1's backbones, f0's four calibrations; then the machine is gone
+        _finish_oldest(first, submitted)
+    record = tiny_plan.benchmarks[0].out_dir / FINISHED_TASKS
+    keys = [json.loads(line)["key"] for line in record.read_text().splitlines()]
+    assert [k.split("-")[0] for k in keys] == ["pretrain", "pretrain"] + ["calibrate"] * 4
+    record.write_text(record.read_text() + '{"key": "calibrate-cut')  # a kill in the middle of a line
+
+    again, submitted = _scheduler(tiny_plan)
+    assert again.recorded == {"pretrain": 1, "calibrate": 4}  # f0: nothing left, no backbone needed
+    assert [f.what for f in submitted] == ["Cora_GCN_s0_i0_f1", "Cora_GCN_s0_i0_f2"]  # f1 has calibrations left
+    while any(not f.done for f in submitted):
+        _finish_oldest(again, submitted)
+    assert len(submitted) == 2 + 8
+    (_, rows), = finished
+    assert [(r["fold"], r["calibrator"]) for r in rows] == [(fold, c) for fold in range(3) for c in CALIBRATORS]
+    assert not record.exists()
+
+
+def test_the_record_keeps_every_number_exactly_and_a_cut_last_line_is_not_a_record(tmp_path):
+    from flows.study import FinishedTasks, read_finished_tasks
+
+    row = {"ece": 0.1 + 0.2, "nll": float("nan"), "split": 3, "note": None}
+    record = FinishedTasks(tmp_path, {})
+    record.add("calibrate-a", row)
+    with open(tmp_path / FINISHED_TASKS, "a") as fh:
+        fh.write('{"key": "calibrate-b", "res')  # cut off by a kill
+    FinishedTasks(tmp_path, read_finished_tasks(tmp_path)).add("calibrate-c", [row])
+    back = read_finished_tasks(tmp_path)
+    assert sorted(back) == ["calibrate-a", "calibrate-c"]
+    assert back["calibrate-a"]["ece"] == 0.1 + 0.2 and back["calibrate-a"]["split"] == 3
+    assert back["calibrate-a"]["nll"] != back["calibrate-a"]["nll"]  # NaN
+    assert len(back["calibrate-c"]) == 1 and back["calibrate-c"][0]["ece"] == 0.1 + 0.2
