@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         study = {
@@ -63,7 +64,8 @@ def main() -> None:
     work = backbones + fits
     import flows.study
 
-    print(f"flow code: {Path(flows.study.__file__).resolve().parent.parent}")
+    print(f"flow code: {Path(flows.study.__file__).resolve().parent.parent}; load average before: "
+          f"{' '.join(f'{x:.2f}' for x in load)}")
     print(f"study: {args.dataset} {args.backbone}, {args.inits * args.folds} runs, calibrators {args.calibrators}, "
           f"{args.workers} worker processes")
     print(f"wall {wall:.1f} s; work {work:.1f} s (backbones {backbones:.1f} s, calibrator fits {fits:.1f} s); "
