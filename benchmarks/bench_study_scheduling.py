@@ -8,8 +8,9 @@ start-up, about 15-25 s, so even a perfect schedule stays below 1).
 
     .venv/bin/python benchmarks/bench_study_scheduling.py --dataset Cora --backbone GAT --inits 4 --folds 2
 
-Compare two versions of the flow by running the same command with ``PYTHONPATH`` set to the other checkout (the
-script writes a plain study file, which every version reads). Uses $SIMCALIB_DATA_MIRROR and
+Compare two versions of the flow with ``--code`` (a checkout of the other version, e.g. a ``git worktree``): the study
+runs from that folder, which ``python -m`` puts first on the path (the script writes a plain study file, which
+every version reads). Uses $SIMCALIB_DATA_MIRROR and
 $SIMCALIB_SPLITS_DIR like the CLI; run it on otherwise idle cores.
 """
 
@@ -36,6 +37,8 @@ def main() -> None:
     parser.add_argument("--folds", type=int, default=2)
     parser.add_argument("--calibrators", default="UnCal,TS")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--code", type=Path, default=Path(__file__).resolve().parents[1],
+                        help="the checkout whose flow runs (default: this one)")
     args = parser.parse_args()
 
     load = os.getloadavg()
@@ -51,10 +54,11 @@ def main() -> None:
         }
         path = folder / "study.yaml"
         path.write_text(yaml.safe_dump(study, sort_keys=False))
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PREFECT_HOME": str(folder / "prefect")}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PREFECT_HOME": str(folder / "prefect"),
+               "PYTHONPATH": str(args.code)}
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "simcalib.cli", "study", "run", str(path)], env=env,
-                              capture_output=True, text=True)
+                              cwd=args.code, capture_output=True, text=True)
         wall = time.perf_counter() - start
         if done.returncode != 0:
             sys.exit(f"the study failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -62,9 +66,8 @@ def main() -> None:
         backbones = sum(s["train_seconds"] for s in json.loads((bench / "completion.json").read_text())["backbone_stats"])
         fits = float(pd.read_csv(bench / "results.csv")["fit_seconds"].sum())
     work = backbones + fits
-    import flows.study
-
-    print(f"flow code: {Path(flows.study.__file__).resolve().parent.parent}; load average before: "
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.code, capture_output=True, text=True)
+    print(f"flow code: {args.code} ({commit.stdout.strip() or 'not a git checkout'}); load average before: "
           f"{' '.join(f'{x:.2f}' for x in load)}")
     print(f"study: {args.dataset} {args.backbone}, {args.inits * args.folds} runs, calibrators {args.calibrators}, "
           f"{args.workers} worker processes")
