@@ -18,10 +18,10 @@ everything their numbers depend on (:mod:`flows.caching`), in ``<output>/task-re
 moment and started again reuses every finished task and ends with the same numbers. Each finished task's result
 is also appended to the benchmark's ``finished-tasks.jsonl`` (:class:`FinishedTasks`), small enough to keep with
 the rows, so a study resumes on a machine without the task cache or the backbones. A benchmark already
-complete is not even submitted: ``aggregate`` writes ``completion.json`` beside its ``results.csv`` (the benchmark's key over all its task keys,
-the file's SHA-256, the backbone statistics), and a later run whose plan gives the same key takes the rows from
-the file (replaying thousands of cached tasks costs about 0.4 s each). The tasks are plain functions underneath
-(``pretrain.fn(...)``) and can be tested without Prefect.
+complete is not even submitted: ``aggregate`` writes ``completion.json`` beside its ``results.csv`` (the
+benchmark's key over all its task keys, the file's SHA-256, the backbone statistics), and a later run whose
+plan gives the same key takes the rows from the file (replaying thousands of cached tasks costs about 0.4 s
+each). The tasks are plain functions underneath (``pretrain.fn(...)``) and can be tested without Prefect.
 
 The flow holds the study's output folder for its whole run, and each benchmark folder while writing it
 (:func:`simcalib.store.integrity.results_lock`): a second study (or a ``simcalib benchmark``) on the same folder
@@ -479,12 +479,18 @@ class _Scheduler:
         record = self.records[plan.name].recorded
         if key not in record:
             return False
-        result = record[key]
-        for run, row in zip(runs, result if isinstance(result, list) else [result]):
-            self.rows[plan.name].append(((run.split, run.init, run.fold, plan.calibrator_names.index(calibrator)), row))
+        self._add_rows(plan, runs, calibrator, record[key])
         self.remaining[plan.name] -= len(runs)
         self.recorded["calibrate"] += 1
         return True
+
+    def _add_rows(self, plan: BenchmarkPlan, runs: list[Run], calibrator: str, result) -> list[tuple[Run, dict]]:
+        """A calibrate task's result (one row, or one per run when fitted across runs) joins the benchmark's rows,
+        keyed by run and the study's calibrator order; returns (run, row) pairs."""
+        pairs = list(zip(runs, result if isinstance(result, list) else [result]))
+        index = plan.calibrator_names.index(calibrator)
+        self.rows[plan.name].extend(((run.split, run.init, run.fold, index), row) for run, row in pairs)
+        return pairs
 
     def task_count(self) -> int:
         return sum(len(job.runs) for job in self.jobs) + self.calibrations
@@ -586,8 +592,7 @@ class _Scheduler:
             finished_run()  # the fault hook ($SIMCALIB_FAULT_KILL_AFTER)
             result = future.result()
             self.records[plan.name].add(key, result)
-            for run, row in zip(runs, result if isinstance(result, list) else [result]):
-                self.rows[plan.name].append(((run.split, run.init, run.fold, plan.calibrator_names.index(name)), row))
+            for run, row in self._add_rows(plan, runs, name, result):
                 self.logger.info("[%d/%d] %s s%d i%d f%d %-10s ECE %6.2f%%  (%s)", self.done, self.calibrations,
                                  plan.name, run.split, run.init, run.fold, name, row["ece"],
                                  future.state.name.lower())
