@@ -132,6 +132,7 @@ def test_from_a_plain_shell_the_paper_splits_are_used_and_said_and_another_sourc
     assert (tmp_path / "x" / "results.csv").read_bytes() == results
 
 
+@pytest.mark.slow  # ~45 s; by default the lock through the command below and in tests/test_protocol.py
 def test_a_second_invocation_on_one_folder_is_refused_or_waits(tmp_path, generated_mirror):
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path / "x")], stdout=subprocess.PIPE, text=True)
     try:

@@ -55,6 +55,7 @@ def test_a_process_started_for_the_study_leaves_its_process_group_and_ends_with_
         time.sleep(0.1)
 
 
+@pytest.mark.slow  # ~1 min; Dask by default: a scheduler and two workers (tests/flows/test_dask_cluster.py)
 def test_tiny_study_on_a_local_dask_cluster_matches_the_threads_run(reference, study_env):
     from flows.study import study_flow
 
