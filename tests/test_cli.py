@@ -1,12 +1,20 @@
-"""The CLI end to end, in a subprocess: what a user sees, exit codes, no tracebacks."""
+"""The CLI end to end: what a user sees, exit codes, no tracebacks.
+
+Commands that compute run in a subprocess, as a user starts them; the one-line errors call the same entry point in
+this process (a subprocess would spend its seconds importing torch), and one of them runs through the installed
+module too, so the process's own exit status and stderr are checked as well."""
 
 import os
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+import torch
+
+from simcalib.cli import main
 
 
 def simcalib(*args, env=None, cwd=None):
@@ -15,31 +23,56 @@ def simcalib(*args, env=None, cwd=None):
                           env=full_env, cwd=cwd, timeout=600)
 
 
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """``main(args)`` in this process, with ``env`` set for the call: returncode, stdout and stderr like ``simcalib``."""
+    def run(*args, env=None):
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        capsys.readouterr()
+        threads = torch.get_num_threads()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code
+        finally:
+            torch.set_num_threads(threads)  # a command's --threads must not leak into other tests
+        out, err = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
+    return run
+
+
 @pytest.mark.parametrize("args,expected", [
     (["--dataset", "reddit", "--backbone", "gcn"], "valid datasets are: Cora, Citeseer, Pubmed, CoraFull, Computers, Photo, CS, Physics"),
     (["--dataset", "cora", "--backbone", "sage"], "valid backbones are: GCN, GAT"),
     (["--dataset", "cora", "--backbone", "gcn", "--calibrators", "ts,platt"], "unknown calibrator 'platt'; valid calibrators are: UnCal, TS"),
 ])
-def test_unknown_names_list_the_valid_ones(args, expected):
-    result = simcalib("benchmark", *args)
+def test_unknown_names_list_the_valid_ones(cli, args, expected):
+    result = cli("benchmark", *args)
     assert result.returncode == 2
     assert expected in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_missing_dataset_says_how_to_provide_it(tmp_path):
-    result = simcalib("benchmark", "--dataset", "pubmed", "--backbone", "gcn", "--data-root", str(tmp_path),
+def test_an_unknown_name_from_a_shell_exits_2_with_the_valid_ones_and_no_traceback():
+    result = simcalib("benchmark", "--dataset", "reddit", "--backbone", "gcn")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "valid datasets are: Cora, Citeseer, Pubmed, CoraFull, Computers, Photo, CS, Physics" in result.stderr
+
+
+def test_missing_dataset_says_how_to_provide_it(cli, tmp_path):
+    result = cli("benchmark", "--dataset", "pubmed", "--backbone", "gcn", "--data-root", str(tmp_path),
                       env={"SIMCALIB_DATA_MIRROR": "", "SIMCALIB_OFFLINE": "1"})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "dataset Pubmed is not available" in result.stderr and "SIMCALIB_DATA_MIRROR" in result.stderr
 
 
-def test_truncated_raw_file_is_reported_as_corrupt(tmp_path, mirror_dir):
+def test_truncated_raw_file_is_reported_as_corrupt(cli, tmp_path, mirror_dir):
     mirror = tmp_path / "mirror" / "Computers" / "raw"
     mirror.mkdir(parents=True)
     source = mirror_dir / "Computers" / "raw" / "amazon_electronics_computers.npz"
     (mirror / source.name).write_bytes(source.read_bytes()[:4096])
-    result = simcalib("benchmark", "--dataset", "computers", "--backbone", "gcn", "--data-root", str(tmp_path / "root"),
+    result = cli("benchmark", "--dataset", "computers", "--backbone", "gcn", "--data-root", str(tmp_path / "root"),
                       "--data-mirror", str(tmp_path / "mirror"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "corrupt or truncated" in result.stderr
@@ -57,20 +90,20 @@ def test_benchmark_prints_a_summary_and_writes_results(tmp_path, mirror_dir, spl
     assert sorted(frame["calibrator"]) == ["TS", "UnCal"]
 
 
-def test_data_check_reports_loadable_and_missing_datasets(tmp_path, mirror_dir):
-    result = simcalib("data", "check", "cora", "corafull", "--data-root", str(tmp_path), "--data-mirror", str(mirror_dir),
+def test_data_check_reports_loadable_and_missing_datasets(cli, tmp_path, mirror_dir):
+    result = cli("data", "check", "cora", "corafull", "--data-root", str(tmp_path), "--data-mirror", str(mirror_dir),
                       env={"SIMCALIB_OFFLINE": "1"})
     assert result.returncode == 1
     assert "Cora" in result.stdout and "2708" in result.stdout
     assert re.search(r"^CoraFull +cannot load", result.stdout, re.MULTILINE)
 
 
-def test_benchmark_bad_resume_file_and_batch_size_are_one_line_errors(tmp_path):
-    result = simcalib("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--resume-from", str(tmp_path / "none.csv"),
+def test_benchmark_bad_resume_file_and_batch_size_are_one_line_errors(cli, tmp_path):
+    result = cli("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--resume-from", str(tmp_path / "none.csv"),
                       "--out", str(tmp_path / "out"), env={"SIMCALIB_OFFLINE": "1"})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--resume-from" in result.stderr and "no such file" in result.stderr
-    result = simcalib("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--batch-runs", "--models-per-batch", "0",
+    result = cli("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--batch-runs", "--models-per-batch", "0",
                       "--out", str(tmp_path / "out"), env={"SIMCALIB_OFFLINE": "1"})
     assert result.returncode == 2 and "--models-per-batch must be >= 1" in result.stderr
 
@@ -131,10 +164,10 @@ def test_benchmark_takes_the_batch_keys_from_a_study_file_and_the_command_line_w
     assert one_by_one[0] != one_by_one[1]  # two fits, timed apart
 
 
-def test_benchmark_with_a_malformed_study_file_is_a_one_line_error(tmp_path):
+def test_benchmark_with_a_malformed_study_file_is_a_one_line_error(cli, tmp_path):
     study = tmp_path / "bad.yaml"
     study.write_text("name: bad\nseed: 3\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\ncalibrators: {Platt: {}}\n")
-    result = simcalib("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--study", str(study),
+    result = cli("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--study", str(study),
                       "--out", str(tmp_path / "out"), env={"SIMCALIB_OFFLINE": "1"})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "Platt" in result.stderr and "bad.yaml" in result.stderr
