@@ -1,8 +1,8 @@
 """The CLI end to end: what a user sees, exit codes, no tracebacks.
 
-Commands that compute run in a subprocess, as a user starts them; the one-line errors call the same entry point in
-this process (a subprocess would spend its seconds importing torch), and one of them runs through the installed
-module too, so the process's own exit status and stderr are checked as well."""
+A small benchmark and an unknown-name error run in a subprocess, as from a shell (the process's own exit status and
+stderr); the other commands call the same entry point in this process, since a subprocess spends seconds importing
+torch."""
 
 import os
 import re
@@ -108,13 +108,13 @@ def test_benchmark_bad_resume_file_and_batch_size_are_one_line_errors(cli, tmp_p
     assert result.returncode == 2 and "--models-per-batch must be >= 1" in result.stderr
 
 
-def test_benchmark_takes_calibrators_options_and_seed_from_a_study_file(tmp_path, mirror_dir, splits_dir):
+def test_benchmark_takes_calibrators_options_and_seed_from_a_study_file(cli, tmp_path, mirror_dir, splits_dir):
     from simcalib.seeding import run_seed
 
     study = tmp_path / "pass.yaml"
     study.write_text("name: pass\nseed: 3\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\n"
                      "calibrators:\n  TS: {}\n  SimCalib: {w: 0.0}\n")
-    result = simcalib("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--study", str(study),
+    result = cli("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--study", str(study),
                       "--splits", "=0", "--inits", "=0", "--folds", "=0", "--max-epochs", "10", "--threads", "1",
                       "--no-progress", "--out", str(tmp_path / "out"), "--data-root", str(tmp_path / "data"),
                       "--cache-dir", str(tmp_path / "cache"),
@@ -126,7 +126,7 @@ def test_benchmark_takes_calibrators_options_and_seed_from_a_study_file(tmp_path
     assert (frame["seed"] == run_seed(3, "Cora", "GCN", 0, 0, 0)).all()  # its seed, not the default 10
 
 
-def test_benchmark_reads_tuned_options_for_tuned_names_from_the_tuned_dir(tmp_path, mirror_dir, splits_dir):
+def test_benchmark_reads_tuned_options_for_tuned_names_from_the_tuned_dir(cli, tmp_path, mirror_dir, splits_dir):
     from simcalib.tuning.store import save_tuned_params
 
     args = ["benchmark", "--dataset", "Cora", "--backbone", "GCN", "--calibrators", "gats_tuned",
@@ -134,23 +134,23 @@ def test_benchmark_reads_tuned_options_for_tuned_names_from_the_tuned_dir(tmp_pa
             "--no-progress", "--out", str(tmp_path / "out"), "--data-root", str(tmp_path / "data"),
             "--cache-dir", str(tmp_path / "cache"), "--tuned-dir", str(tmp_path / "tuned")]
     env = {"SIMCALIB_DATA_MIRROR": str(mirror_dir), "SIMCALIB_SPLITS_DIR": str(splits_dir)}
-    missing = simcalib(*args, env=env)
+    missing = cli(*args, env=env)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert "no tuned hyperparameters for GATS on Cora/GCN" in missing.stderr and "simcalib tune" in missing.stderr
     save_tuned_params("Cora", "GCN", "GATS", {"lr": 0.02, "max_epochs": 3}, folder=tmp_path / "tuned")
-    result = simcalib(*args, env=env)
+    result = cli(*args, env=env)
     assert result.returncode == 0, result.stderr
     assert list(pd.read_csv(tmp_path / "out" / "results.csv")["calibrator"]) == ["GATS_tuned"]
 
 
-def test_benchmark_takes_the_batch_keys_from_a_study_file_and_the_command_line_wins(tmp_path, mirror_dir, splits_dir):
+def test_benchmark_takes_the_batch_keys_from_a_study_file_and_the_command_line_wins(cli, tmp_path, mirror_dir, splits_dir):
     study = tmp_path / "pass.yaml"
     study.write_text("name: pass\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\ncalibrators: [TS]\n"
                      "runs: {batch_calibrators: true}\n")
 
     def ts_fit_seconds(*flags: str) -> list[float]:
         out = tmp_path / f"out{len(flags)}"
-        result = simcalib("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--study", str(study), *flags,
+        result = cli("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--study", str(study), *flags,
                           "--splits", "=0", "--inits", "=0", "--folds", "0,1", "--max-epochs", "10", "--threads", "1",
                           "--no-progress", "--out", str(out), "--data-root", str(tmp_path / "data"),
                           "--cache-dir", str(tmp_path / "cache"),

@@ -94,6 +94,8 @@ def _env(mirror_dir, splits_dir=None, **extra) -> dict:
     return env
 
 
+@pytest.mark.slow  # ~1 min; by default a cut-off results line (tests/test_protocol.py) and a killed study
+# (tests/flows/test_study_flow.py) resume to the uninterrupted rows
 def test_killed_after_a_run_and_resumed_gives_the_rows_of_an_uninterrupted_run(tmp_path, generated_mirror):
     killed = subprocess.run(_generated(tmp_path, "killed"), env=_env(generated_mirror, SIMCALIB_FAULT_KILL_AFTER="1"),
                             capture_output=True, text=True, timeout=300)

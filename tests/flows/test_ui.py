@@ -48,6 +48,8 @@ def simcalib_ui(tracking_uri: str, tmp_path, services: tuple[str, ...]):
     assert not any(port_in_use(ports[name]) for name in services)
 
 
+@pytest.mark.slow  # ~1 min; by default the UI shows the same layout loaded by `simcalib track` (below), which
+# tests/flows/test_track.py compares with the flow's
 def test_browser_finds_the_study_runs_in_the_mlflow_ui(reference, chromium, artifacts_dir, tmp_path):
     with simcalib_ui(reference.result["tracking_uri"], tmp_path, ("mlflow",)) as (ports, printed):
         mlflow_url = f"http://127.0.0.1:{ports['mlflow']}"
