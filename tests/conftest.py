@@ -139,10 +139,10 @@ def artifacts_dir() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# pytest-xdist (`make test` runs `pytest -n 2 --dist loadgroup`): the tests of one file that share an expensive
-# session-scoped fixture run on one worker, so each worker builds it at most once, and the largest groups start first.
-# Here: the tiny reference study (tests/flows/conftest.py). One group per file, not one for all: its users
-# include the two longest tests (kill -9 and resume, the MLflow UI in Chromium), which then run side by side.
+# pytest-xdist (`make test` runs `pytest -n 4 --dist loadgroup`): the tests that share an expensive session-scoped
+# fixture run on one worker, so it is built once, and the largest groups start first. Here: the tiny reference study
+# (tests/flows/conftest.py), ~1 CPU-minute to build; its default users together take ~5 minutes on one worker while
+# the others run the rest of the suite.
 
 SHARED_SESSION_FIXTURES = {"reference": "reference-study"}  # fixture -> xdist group (and the test's file name)
 
@@ -153,7 +153,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         for fixture, group in SHARED_SESSION_FIXTURES.items():
             if fixture in item.fixturenames:
-                item.add_marker(pytest.mark.xdist_group(f"{group}-{item.path.stem}"))
+                item.add_marker(pytest.mark.xdist_group(group))
                 grouped.append(item)
     result = yield
     if getattr(config.option, "loadgroup", False) and any("@" not in item.nodeid for item in grouped):
