@@ -140,11 +140,12 @@ def artifacts_dir() -> Path:
 
 # ---------------------------------------------------------------------------------------------------------
 # pytest-xdist (`make test` runs `pytest -n 4 --dist loadgroup`): the tests that share an expensive session-scoped
-# fixture run on one worker, so it is built once, and the largest groups start first. Here: the tiny reference study
-# (tests/flows/conftest.py), ~1 CPU-minute to build; its default users together take ~5 minutes on one worker while
-# the others run the rest of the suite.
+# fixture run on one worker, so it is built once, and the largest groups start first. Here: the Prefect test server
+# (tests/flows/conftest.py, ~20 s of CPU to start) and the tiny reference study run on it (~1 CPU-minute); their
+# users (the fixture's closure: every user of the reference study) run one after another while the other workers
+# take the rest of the suite.
 
-SHARED_SESSION_FIXTURES = {"reference": "reference-study"}  # fixture -> xdist group (and the test's file name)
+SHARED_SESSION_FIXTURES = {"prefect_api": "prefect-server"}  # fixture -> xdist group
 
 
 @pytest.hookimpl(wrapper=True)  # around xdist's own hook, which writes each test's group into its id
@@ -152,9 +153,10 @@ def pytest_collection_modifyitems(config, items):
     grouped = []
     for item in items:
         for fixture, group in SHARED_SESSION_FIXTURES.items():
-            if fixture in item.fixturenames:
+            if fixture in item.fixturenames:  # the fixture closure: also the fixtures built on it
                 item.add_marker(pytest.mark.xdist_group(group))
                 grouped.append(item)
+                break
     result = yield
     if getattr(config.option, "loadgroup", False) and any("@" not in item.nodeid for item in grouped):
         # pytest-xdist 3.8 cannot write the group into pytest 9.2's test ids (pytest-xdist issue 1386)

@@ -241,6 +241,7 @@ def test_batched_benchmark_writes_the_same_rows_caches_per_run_and_resumes(setti
     assert not per_run["ece"].equals(first["ece"])
 
 
+@pytest.mark.slow  # ~25 s of CPU; by default batched runs in one process and unbatched runs in workers (above)
 def test_batched_benchmark_in_worker_processes_gives_the_single_process_numbers(settings, tmp_path):
     import dataclasses
 

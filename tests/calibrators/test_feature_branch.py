@@ -78,6 +78,7 @@ def test_spearman_matches_a_hand_computed_rank_correlation():
     assert spearman(torch.ones(5), torch.arange(5.0)) is None
 
 
+@pytest.mark.slow  # a full Cora backbone, ~35 s of CPU; the mechanism on a generated graph runs by default
 def test_on_a_cora_gcn_run_the_default_branch_is_nodewise_and_the_decay_all_one_constant(mirror_dir, splits_dir,
                                                                                         tmp_path):
     """One real run (Cora GCN, split 1, init 0, fold 2, the paper's fixed split): T_feat's coefficient of

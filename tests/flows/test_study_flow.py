@@ -218,8 +218,10 @@ def test_kill_9_then_the_same_command_recomputes_nothing_finished(reference, stu
     pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))  # identical numbers, bit for bit
 
 
-# Each signal and each runner kind by default; Ctrl-C on the threads runner (~1 min) with `make test-slow`.
-@pytest.mark.parametrize("stop, runner", [("SIGTERM", "threads"), pytest.param("Ctrl-C", "threads", marks=pytest.mark.slow),
+# Ctrl-C to a study on worker processes by default (~1 min each); SIGTERM, and Ctrl-C on the threads runner, with
+# `make test-slow`.
+@pytest.mark.parametrize("stop, runner", [pytest.param("SIGTERM", "threads", marks=pytest.mark.slow),
+                                          pytest.param("Ctrl-C", "threads", marks=pytest.mark.slow),
                                           ("Ctrl-C", "processes")])
 def test_a_stopped_study_ends_with_its_temporary_prefect_server(study_env, tmp_path, stop, runner):
     """Ephemeral mode (no PREFECT_API_URL): the study starts Prefect's temporary API server and an exit handler
