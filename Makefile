@@ -56,8 +56,9 @@ report: install
 
 # The default suite on TEST_JOBS pytest-xdist workers (TEST_JOBS=0: one process). Two per core on these 2-core
 # machines: many tests wait on the subprocesses and servers they start, which leaves a core idle with one worker per
-# core (docs/decisions.md, "Test suite"). The tests sharing the reference study run on one worker (xdist_group,
-# tests/conftest.py); pytest's exit status is make's, so "no tests collected" (5) fails too.
+# core (docs/decisions.md, "The test suite on both cores"). The tests using the Prefect test server, the reference
+# study's among them, run on one worker (xdist_group, tests/conftest.py); pytest's exit status is make's, so "no
+# tests collected" (5) fails too.
 TEST_JOBS ?= 4
 test: install chromium
 	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup
