@@ -62,7 +62,7 @@ def test_an_unknown_name_from_a_shell_exits_2_with_the_valid_ones_and_no_traceba
 
 def test_missing_dataset_says_how_to_provide_it(cli, tmp_path):
     result = cli("benchmark", "--dataset", "pubmed", "--backbone", "gcn", "--data-root", str(tmp_path),
-                      env={"SIMCALIB_DATA_MIRROR": "", "SIMCALIB_OFFLINE": "1"})
+                 env={"SIMCALIB_DATA_MIRROR": "", "SIMCALIB_OFFLINE": "1"})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "dataset Pubmed is not available" in result.stderr and "SIMCALIB_DATA_MIRROR" in result.stderr
 
@@ -73,7 +73,7 @@ def test_truncated_raw_file_is_reported_as_corrupt(cli, tmp_path, mirror_dir):
     source = mirror_dir / "Computers" / "raw" / "amazon_electronics_computers.npz"
     (mirror / source.name).write_bytes(source.read_bytes()[:4096])
     result = cli("benchmark", "--dataset", "computers", "--backbone", "gcn", "--data-root", str(tmp_path / "root"),
-                      "--data-mirror", str(tmp_path / "mirror"))
+                 "--data-mirror", str(tmp_path / "mirror"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "corrupt or truncated" in result.stderr
 
@@ -92,7 +92,7 @@ def test_benchmark_prints_a_summary_and_writes_results(tmp_path, mirror_dir, spl
 
 def test_data_check_reports_loadable_and_missing_datasets(cli, tmp_path, mirror_dir):
     result = cli("data", "check", "cora", "corafull", "--data-root", str(tmp_path), "--data-mirror", str(mirror_dir),
-                      env={"SIMCALIB_OFFLINE": "1"})
+                 env={"SIMCALIB_OFFLINE": "1"})
     assert result.returncode == 1
     assert "Cora" in result.stdout and "2708" in result.stdout
     assert re.search(r"^CoraFull +cannot load", result.stdout, re.MULTILINE)
@@ -100,11 +100,11 @@ def test_data_check_reports_loadable_and_missing_datasets(cli, tmp_path, mirror_
 
 def test_benchmark_bad_resume_file_and_batch_size_are_one_line_errors(cli, tmp_path):
     result = cli("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--resume-from", str(tmp_path / "none.csv"),
-                      "--out", str(tmp_path / "out"), env={"SIMCALIB_OFFLINE": "1"})
+                 "--out", str(tmp_path / "out"), env={"SIMCALIB_OFFLINE": "1"})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--resume-from" in result.stderr and "no such file" in result.stderr
     result = cli("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--batch-runs", "--models-per-batch", "0",
-                      "--out", str(tmp_path / "out"), env={"SIMCALIB_OFFLINE": "1"})
+                 "--out", str(tmp_path / "out"), env={"SIMCALIB_OFFLINE": "1"})
     assert result.returncode == 2 and "--models-per-batch must be >= 1" in result.stderr
 
 
@@ -115,10 +115,10 @@ def test_benchmark_takes_calibrators_options_and_seed_from_a_study_file(cli, tmp
     study.write_text("name: pass\nseed: 3\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\n"
                      "calibrators:\n  TS: {}\n  SimCalib: {w: 0.0}\n")
     result = cli("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--study", str(study),
-                      "--splits", "=0", "--inits", "=0", "--folds", "=0", "--max-epochs", "10", "--threads", "1",
-                      "--no-progress", "--out", str(tmp_path / "out"), "--data-root", str(tmp_path / "data"),
-                      "--cache-dir", str(tmp_path / "cache"),
-                      env={"SIMCALIB_DATA_MIRROR": str(mirror_dir), "SIMCALIB_SPLITS_DIR": str(splits_dir)})
+                 "--splits", "=0", "--inits", "=0", "--folds", "=0", "--max-epochs", "10", "--threads", "1",
+                 "--no-progress", "--out", str(tmp_path / "out"), "--data-root", str(tmp_path / "data"),
+                 "--cache-dir", str(tmp_path / "cache"),
+                 env={"SIMCALIB_DATA_MIRROR": str(mirror_dir), "SIMCALIB_SPLITS_DIR": str(splits_dir)})
     assert result.returncode == 0, result.stderr
     frame = pd.read_csv(tmp_path / "out" / "results.csv").set_index("calibrator")
     assert list(frame.index) == ["TS", "SimCalib"]  # the study's calibrators, in its order
@@ -151,10 +151,10 @@ def test_benchmark_takes_the_batch_keys_from_a_study_file_and_the_command_line_w
     def ts_fit_seconds(*flags: str) -> list[float]:
         out = tmp_path / f"out{len(flags)}"
         result = cli("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--study", str(study), *flags,
-                          "--splits", "=0", "--inits", "=0", "--folds", "0,1", "--max-epochs", "10", "--threads", "1",
-                          "--no-progress", "--out", str(out), "--data-root", str(tmp_path / "data"),
-                          "--cache-dir", str(tmp_path / "cache"),
-                          env={"SIMCALIB_DATA_MIRROR": str(mirror_dir), "SIMCALIB_SPLITS_DIR": str(splits_dir)})
+                     "--splits", "=0", "--inits", "=0", "--folds", "0,1", "--max-epochs", "10", "--threads", "1",
+                     "--no-progress", "--out", str(out), "--data-root", str(tmp_path / "data"),
+                     "--cache-dir", str(tmp_path / "cache"),
+                     env={"SIMCALIB_DATA_MIRROR": str(mirror_dir), "SIMCALIB_SPLITS_DIR": str(splits_dir)})
         assert result.returncode == 0, result.stderr
         return pd.read_csv(out / "results.csv")["fit_seconds"].tolist()
 
@@ -168,6 +168,6 @@ def test_benchmark_with_a_malformed_study_file_is_a_one_line_error(cli, tmp_path
     study = tmp_path / "bad.yaml"
     study.write_text("name: bad\nseed: 3\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\ncalibrators: {Platt: {}}\n")
     result = cli("benchmark", "--dataset", "Cora", "--backbone", "GCN", "--study", str(study),
-                      "--out", str(tmp_path / "out"), env={"SIMCALIB_OFFLINE": "1"})
+                 "--out", str(tmp_path / "out"), env={"SIMCALIB_OFFLINE": "1"})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "Platt" in result.stderr and "bad.yaml" in result.stderr
