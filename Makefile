@@ -53,6 +53,7 @@ headline: install
 # Re-render every report folder of reports/ from its committed results.csv files (reports/reports.yaml).
 report: install
 	$(VENV)/bin/simcalib report --every reports/reports.yaml
+	$(VENV)/bin/simcalib report --check-claims reports/claims
 
 # The default suite on TEST_JOBS pytest-xdist workers (TEST_JOBS=0: one process). Two per core on these 2-core
 # machines: many tests wait on the subprocesses and servers they start, which leaves a core idle with one worker per

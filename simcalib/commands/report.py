@@ -8,6 +8,10 @@ as the Prefect flow ``report``; either way the folder is logged to MLflow when `
 ``simcalib report --every reports/reports.yaml`` (``make report``) re-renders every report folder listed in
 that manifest from its committed ``results.csv`` files, each with its own title and split selection; figures
 that need the (uncommitted) test predictions are kept from the earlier rendering and labelled so.
+
+``simcalib report --check-claims reports/claims`` renders nothing: it checks every number that the hand-written
+findings quote against the committed table it comes from (:mod:`simcalib.report.claims`) and exits non-zero
+naming each stale one.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ def register(sub) -> None:
                         help="a results folder (all results.csv below it) or a study YAML file")
     report.add_argument("--every", metavar="MANIFEST", default=None,
                         help="re-render every report listed in MANIFEST (e.g. reports/reports.yaml) from its results")
+    report.add_argument("--check-claims", metavar="CLAIMS", default=None,
+                        help="render nothing; check the numbers quoted by the hand-written findings against their "
+                             "tables (a claims YAML file or a folder of them, e.g. reports/claims)")
     report.add_argument("--only", metavar="OUT", action="append", default=None,
                         help="with --every: re-render only the entry whose out folder is OUT (repeatable)")
     report.add_argument("--keep-figures", action="store_true",
@@ -150,7 +157,23 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
 
 
+def check_claims_command(args: argparse.Namespace) -> int:
+    from simcalib.report.claims import check_claims
+
+    if args.every or args.source or args.out or args.title or args.splits:
+        raise ConfigError("--check-claims renders nothing; drop the report source, --every, --out, --title and "
+                          "--splits")
+    result = check_claims(args.check_claims)
+    for claim in result.stale:
+        print(f"stale: {claim}", flush=True)
+    print(f"claims: {result.claims} passages, {result.numbers_checked} numbers checked against their tables, "
+          f"{result.numbers_unchecked} not from a table, {len(result.stale)} stale", flush=True)
+    return 1 if result.stale else 0
+
+
 def _run(args: argparse.Namespace) -> int:
+    if getattr(args, "check_claims", None):
+        return check_claims_command(args)
     if args.every:
         if args.source or args.out or args.title or args.splits:
             raise ConfigError("--every takes each report's source, --out, --title and --splits from the manifest; "
