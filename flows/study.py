@@ -218,6 +218,83 @@ def read_finished_tasks(out_dir: Path) -> dict[str, object]:
     return finished
 
 
+def fitted_together(study: StudyPlan, plan: BenchmarkPlan) -> set[str]:
+    """The calibrators of ``plan`` fitted on a split's runs together (``runs.batch_calibrators``)."""
+    return {c for c in plan.calibrator_names if study.execution.batch_calibrators and fits_across_runs(c)}
+
+
+@dataclass(frozen=True)
+class BenchmarkProgress:
+    """How much of one benchmark a study run would take from its output folder instead of computing it."""
+
+    name: str
+    runs: int
+    calibrations: int  # run x calibrator rows of the benchmark
+    complete: bool  # results.csv is this plan's complete output (completion.json matches)
+    runs_recorded: int  # runs with every calibration recorded in finished-tasks.jsonl
+    calibrations_recorded: int
+    backbones_recorded: int
+    records_elsewhere: int  # records whose key this plan does not have (other code, settings or options)
+    results_rows: int  # rows of results.csv (0: none)
+
+    def line(self) -> str:
+        if self.complete:
+            return f"{self.name}: complete ({self.runs} runs; results.csv is this plan's output, completion.json)"
+        if self.calibrations_recorded or self.backbones_recorded:
+            parts = [f"{self.name}: {self.runs_recorded} of {self.runs} runs with every calibrator recorded; "
+                     f"calibrations {self.calibrations_recorded} of {self.calibrations}, backbones "
+                     f"{self.backbones_recorded} of {self.runs} ({FINISHED_TASKS})"]
+        else:
+            parts = [f"{self.name}: nothing recorded ({self.runs} runs, {self.calibrations} calibrations to compute)"]
+        if self.records_elsewhere:
+            plural = "s" if self.records_elsewhere != 1 else ""
+            parts.append(f"{self.records_elsewhere} record{plural} of other code, settings or options (computed again)")
+        if self.results_rows:
+            parts.append(f"results.csv ({self.results_rows} rows) is not this plan's complete output: its rows of "
+                         f"the study's calibrators are replaced when the benchmark completes")
+        return "; ".join(parts)
+
+
+def benchmark_progress(study: StudyPlan) -> list[BenchmarkProgress]:
+    """Per benchmark of ``study``: what its output folder holds of it, by the same task keys the flow uses, so
+    that records written under other code or settings do not count (the flow would compute those again)."""
+    progress = []
+    for plan in study.benchmarks:
+        settings, options = plan.settings, plan.calibrator_options
+        together = fitted_together(study, plan)
+        calibrations = len(plan.runs) * len(options)
+        results = plan.out_dir / "results.csv"
+        rows = sum(1 for _ in results.open()) - 1 if results.is_file() else 0
+        key = benchmark_key(plan.runs, settings, options, together)
+        if completed_benchmark(plan.out_dir, key) is not None:
+            progress.append(BenchmarkProgress(plan.name, len(plan.runs), calibrations, True, len(plan.runs),
+                                              calibrations, len(plan.runs), 0, rows))
+            continue
+        recorded = read_finished_tasks(plan.out_dir)
+        known, done_per_run = set(), {}
+        split_runs: dict[int, list[Run]] = {}
+        for run in plan.runs:
+            split_runs.setdefault(run.split, []).append(run)
+        for runs in split_runs.values():
+            for name in together:
+                known.add(key := calibrate_across_runs_key(runs, settings, name, options[name]))
+                for run in runs:
+                    done_per_run[run] = done_per_run.get(run, 0) + (key in recorded)
+        backbones = 0
+        for run in plan.runs:
+            for name in options:
+                if name not in together:
+                    known.add(key := calibrate_key(run, settings, name, options[name]))
+                    done_per_run[run] = done_per_run.get(run, 0) + (key in recorded)
+            known.add(key := pretrain_key(run, settings))
+            backbones += key in recorded
+        progress.append(BenchmarkProgress(
+            plan.name, len(plan.runs), calibrations, False,
+            sum(1 for run in plan.runs if done_per_run.get(run, 0) == len(options)),
+            sum(done_per_run.values()), backbones, len(set(recorded) - known), rows))
+    return progress
+
+
 class FinishedTasks:
     """The results of a benchmark's finished tasks, one JSON line each (``{"key": task key, "result": ...}``),
     appended by the flow's process as the tasks finish. Unlike the task cache (``task-results``, one file per
@@ -431,8 +508,7 @@ class _Scheduler:
     # --- planning ----------------------------------------------------------------------------------------
     def plan_benchmark(self, plan: BenchmarkPlan) -> None:
         settings, name = plan.settings, plan.name
-        together = {c for c in plan.calibrator_names
-                    if self.study.execution.batch_calibrators and fits_across_runs(c)}
+        together = fitted_together(self.study, plan)
         self.keys[name] = benchmark_key(plan.runs, settings, plan.calibrator_options, together)
         stats = completed_benchmark(plan.out_dir, self.keys[name])
         if stats is not None:

@@ -3,7 +3,10 @@
 ``run`` validates the file and checks its data before Prefect even starts (input errors: one line, exit 2),
 then runs :func:`flows.study.study_flow` and prints where the results, the MLflow UI and the report are.
 Interrupted (Ctrl-C, kill -9), the same command resumes: finished benchmarks are read from their results.csv
-(completion.json), finished tasks of the others come from the task cache.
+(completion.json), finished tasks of the others from the benchmark's finished-tasks record or the task cache.
+
+``check`` prints the plan without computing anything and, where the output folder exists, how much of each
+benchmark it already holds by the flow's own task keys (complete, runs and tasks recorded, records of other code).
 """
 
 from __future__ import annotations
@@ -107,6 +110,12 @@ def check_study(args: argparse.Namespace) -> int:
     if study.spec.description:
         print(f"study {study.name}: {study.spec.description}")
     print("\n".join(plan.lines()))
+    if any(benchmark.out_dir.is_dir() for benchmark in plan.benchmarks):
+        from flows.study import benchmark_progress  # the flow's own task keys
+
+        print(f"  progress in {study.output} (what `simcalib study run` takes from there instead of computing it)")
+        for entry in benchmark_progress(plan):
+            print(f"    {entry.line()}")
     if args.json:
         Path(args.json).write_text(json.dumps(plan.to_json(), indent=1) + "\n")
         print(f"plan written to {args.json}")

@@ -87,3 +87,17 @@ def test_a_bad_set_fails_in_one_line_naming_it(capsys, setting, expected):
     err = capsys.readouterr().err
     assert expected in err and err.count("\n") == 1
     assert not re.search(r"offline\.yaml:\d", err)  # an overridden value has no line in the file
+
+
+def test_check_reports_what_an_existing_output_folder_already_holds(capsys, tmp_path):
+    study = str(PROJECT_ROOT / "study" / "offline.yaml")
+    assert main(["study", "check", study, "--output", str(tmp_path)]) == 0
+    assert "progress in" not in capsys.readouterr().out  # nothing there yet: no progress block
+    (tmp_path / "Cora_GCN").mkdir()
+    (tmp_path / "Cora_GCN" / "finished-tasks.jsonl").write_text('{"key": "pretrain-of-other-code", "result": {}}\n')
+    assert main(["study", "check", study, "--output", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"  progress in {tmp_path} (what `simcalib study run` takes from there instead of computing it)" in lines
+    assert ("    Cora-GCN: nothing recorded (75 runs, 1575 calibrations to compute); 1 record of other code, "
+            "settings or options (computed again)") in lines
+    assert sum(line.startswith("    Physics-GAT: nothing recorded") for line in lines) == 1

@@ -147,3 +147,33 @@ def test_the_record_keeps_every_number_exactly_and_a_cut_last_line_is_not_a_reco
     assert back["calibrate-a"]["ece"] == 0.1 + 0.2 and back["calibrate-a"]["split"] == 3
     assert back["calibrate-a"]["nll"] != back["calibrate-a"]["nll"]  # NaN
     assert len(back["calibrate-c"]) == 1 and back["calibrate-c"][0]["ece"] == 0.1 + 0.2
+
+
+def test_progress_counts_what_the_record_holds_by_the_plans_own_task_keys(tiny_plan, finished):
+    from flows.caching import benchmark_key
+    from flows.study import benchmark_progress, fitted_together, record_completion
+
+    benchmark = tiny_plan.benchmarks[0]
+    (before,) = benchmark_progress(tiny_plan)
+    assert before.line() == "Cora-GCN: nothing recorded (3 runs, 12 calibrations to compute)"
+    first, submitted = _scheduler(tiny_plan)
+    for _ in range(6):  # f0's and f1's backbones, f0's four calibrations
+        _finish_oldest(first, submitted)
+    record = benchmark.out_dir / FINISHED_TASKS
+    record.write_text(record.read_text() + json.dumps({"key": "calibrate-Cora_GCN_s0_i0_f2-TS-other", "result": {}})
+                      + "\n")  # a task of other code or settings
+    (progress,) = benchmark_progress(tiny_plan)
+    assert (progress.complete, progress.runs_recorded, progress.calibrations_recorded, progress.backbones_recorded,
+            progress.records_elsewhere) == (False, 1, 4, 2, 1)
+    assert progress.line().startswith("Cora-GCN: 1 of 3 runs with every calibrator recorded; calibrations 4 of 12, "
+                                      "backbones 2 of 3")
+
+    (benchmark.out_dir / "results.csv").write_text("calibrator\nTS\n")
+    record_completion(benchmark.out_dir, "a-key-of-other-code", [])
+    assert not benchmark_progress(tiny_plan)[0].complete  # another plan's rows
+    record_completion(benchmark.out_dir, benchmark_key(benchmark.runs, benchmark.settings,
+                                                       benchmark.calibrator_options,
+                                                       fitted_together(tiny_plan, benchmark)), [])
+    (done,) = benchmark_progress(tiny_plan)
+    assert done.complete and done.line() == ("Cora-GCN: complete (3 runs; results.csv is this plan's output, "
+                                              "completion.json)")
