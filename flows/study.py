@@ -255,6 +255,38 @@ class BenchmarkProgress:
         return "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class BenchmarkTaskKeys:
+    """The task keys of one benchmark plan: what the flow looks up in the benchmark's records before submitting."""
+
+    split_runs: dict[int, list[Run]]  # split -> its runs, in the plan's order
+    together: dict[int, dict[str, str]]  # split -> calibrator fitted on the split's runs together -> key
+    per_run: dict[Run, dict[str, str]]  # run -> calibrator fitted on that run alone -> key
+    pretrain: dict[Run, str]  # run -> its backbone's key
+
+    def all(self) -> set[str]:
+        keys = set(self.pretrain.values())
+        for by_calibrator in (*self.together.values(), *self.per_run.values()):
+            keys.update(by_calibrator.values())
+        return keys
+
+
+def benchmark_task_keys(plan: BenchmarkPlan, together: set[str]) -> BenchmarkTaskKeys:
+    """Every task key of ``plan``: calibrators in ``together`` are fitted per split on its runs together, the others
+    per run; calibrators in the plan's order."""
+    settings, options = plan.settings, plan.calibrator_options
+    split_runs: dict[int, list[Run]] = {}
+    for run in plan.runs:
+        split_runs.setdefault(run.split, []).append(run)
+    return BenchmarkTaskKeys(
+        split_runs,
+        {split: {c: calibrate_across_runs_key(runs, settings, c, o) for c, o in options.items() if c in together}
+         for split, runs in split_runs.items()},
+        {run: {c: calibrate_key(run, settings, c, o) for c, o in options.items() if c not in together}
+         for run in plan.runs},
+        {run: pretrain_key(run, settings) for run in plan.runs})
+
+
 def benchmark_progress(study: StudyPlan) -> list[BenchmarkProgress]:
     """Per benchmark of ``study``: what its output folder holds of it, by the same task keys the flow uses, so
     that records written under other code or settings do not count (the flow would compute those again)."""
@@ -271,27 +303,18 @@ def benchmark_progress(study: StudyPlan) -> list[BenchmarkProgress]:
                                               calibrations, len(plan.runs), 0, rows))
             continue
         recorded = read_finished_tasks(plan.out_dir)
-        known, done_per_run = set(), {}
-        split_runs: dict[int, list[Run]] = {}
-        for run in plan.runs:
-            split_runs.setdefault(run.split, []).append(run)
-        for runs in split_runs.values():
-            for name in together:
-                known.add(key := calibrate_across_runs_key(runs, settings, name, options[name]))
+        keys = benchmark_task_keys(plan, together)
+        done_per_run = {run: sum(k in recorded for k in by_calibrator.values())
+                        for run, by_calibrator in keys.per_run.items()}
+        for split, runs in keys.split_runs.items():
+            for k in keys.together[split].values():
                 for run in runs:
-                    done_per_run[run] = done_per_run.get(run, 0) + (key in recorded)
-        backbones = 0
-        for run in plan.runs:
-            for name in options:
-                if name not in together:
-                    known.add(key := calibrate_key(run, settings, name, options[name]))
-                    done_per_run[run] = done_per_run.get(run, 0) + (key in recorded)
-            known.add(key := pretrain_key(run, settings))
-            backbones += key in recorded
+                    done_per_run[run] += k in recorded
         progress.append(BenchmarkProgress(
             plan.name, len(plan.runs), calibrations, False,
-            sum(1 for run in plan.runs if done_per_run.get(run, 0) == len(options)),
-            sum(done_per_run.values()), backbones, len(set(recorded) - known), rows))
+            sum(1 for run in plan.runs if done_per_run[run] == len(options)),
+            sum(done_per_run.values()), sum(k in recorded for k in keys.pretrain.values()),
+            len(set(recorded) - keys.all()), rows))
     return progress
 
 
@@ -517,18 +540,16 @@ class _Scheduler:
         self.records[name] = FinishedTasks(plan.out_dir, read_finished_tasks(plan.out_dir))
         self.backbone_stats[name], self.rows[name] = [], []
         self.remaining[name] = len(plan.runs) * len(plan.calibrators)
-        for run in plan.runs:
-            self.split_runs.setdefault((name, run.split), []).append(run)
-        for split, runs in ((s, r) for (b, s), r in self.split_runs.items() if b == name):
+        keys = benchmark_task_keys(plan, together)
+        for split, runs in keys.split_runs.items():
+            self.split_runs[(name, split)] = runs
             self.left_together[(name, split)] = {
-                c: key for c, options in plan.calibrator_options.items() if c in together
-                if not self._take(plan, runs, c, key := calibrate_across_runs_key(runs, settings, c, options))}
+                c: key for c, key in keys.together[split].items() if not self._take(plan, runs, c, key)}
         to_train = []
         for run in plan.runs:
             self.left[(name, run)] = {
-                c: key for c, options in plan.calibrator_options.items() if c not in together
-                if not self._take(plan, [run], c, key := calibrate_key(run, settings, c, options))}
-            pretrain_id = pretrain_key(run, settings)
+                c: key for c, key in keys.per_run[run].items() if not self._take(plan, [run], c, key)}
+            pretrain_id = keys.pretrain[run]
             record = self.records[name].recorded
             if not self.left[(name, run)] and not self.left_together[(name, run.split)] and pretrain_id in record:
                 self.backbone_stats[name].append(record[pretrain_id])  # nothing left: no backbone needed

@@ -149,6 +149,37 @@ def test_the_record_keeps_every_number_exactly_and_a_cut_last_line_is_not_a_reco
     assert len(back["calibrate-c"]) == 1 and back["calibrate-c"][0]["ece"] == 0.1 + 0.2
 
 
+def test_progress_and_scheduler_take_the_same_records_when_a_splits_runs_are_fitted_together(study_env, tmp_path,
+                                                                                               finished):
+    from flows.study import benchmark_progress, benchmark_task_keys, fitted_together
+
+    path = study_env.write("together", calibrators=CALIBRATORS, output=str(tmp_path / "out"),
+                           runs={"splits": 1, "inits": 1, "folds": 3, "batch_calibrators": True})
+    plan = plan_study(load_study(path), data=False)
+    benchmark = plan.benchmarks[0]
+    together = fitted_together(plan, benchmark)
+    assert together and together < set(CALIBRATORS)
+    keys = benchmark_task_keys(benchmark, together)
+    (split, runs), = keys.split_runs.items()
+    first = runs[0]
+    records = [(key, [{"calibrator": c} for _ in runs]) for c, key in keys.together[split].items()]
+    records += [(key, {"calibrator": c}) for c, key in keys.per_run[first].items()]
+    records += [(keys.pretrain[first], {"run": first.tag()})]
+    benchmark.out_dir.mkdir(parents=True, exist_ok=True)
+    (benchmark.out_dir / FINISHED_TASKS).write_text(
+        "".join(json.dumps({"key": key, "result": result}) + "\n" for key, result in records))
+
+    (progress,) = benchmark_progress(plan)
+    per_run = len(CALIBRATORS) - len(together)
+    assert (progress.runs_recorded, progress.calibrations_recorded, progress.backbones_recorded,
+            progress.records_elsewhere) == (1, len(together) * len(runs) + per_run, 1, 0)
+    scheduler = _Scheduler(plan, logging.getLogger("test"), *(FakeTask(k, []) for k in ("a", "b", "c")))
+    scheduler.plan_benchmark(benchmark)
+    assert scheduler.recorded == {"pretrain": 1, "calibrate": len(together) + per_run}
+    assert scheduler.left_together[(benchmark.name, split)] == {}
+    assert [bool(scheduler.left[(benchmark.name, run)]) for run in runs] == [False, True, True]
+
+
 def test_progress_counts_what_the_record_holds_by_the_plans_own_task_keys(tiny_plan, finished):
     from flows.caching import benchmark_key
     from flows.study import benchmark_progress, fitted_together, record_completion
