@@ -41,7 +41,13 @@ from simcalib.report.render import (
     write_report,
 )
 from simcalib.report.results import StudyResults, load_study_results, select_splits
-from simcalib.report.summary import constant_branch_means, summary_blocks, summary_frame, write_summary
+from simcalib.report.summary import (
+    CONSTANT_BRANCH,
+    constant_branch_means,
+    summary_blocks,
+    summary_frame,
+    write_summary,
+)
 from simcalib.report.tables import (
     ABLATION_METHODS,
     CI_LABEL,
@@ -158,6 +164,7 @@ class Significance:
     paired: pd.DataFrame  # SimCalib vs GATS per benchmark over paired runs, Holm over benchmarks
     comparisons: pd.DataFrame  # every pair of REPORT_PAIRS that ran, per benchmark (stats.paired_comparisons)
     newer: pd.DataFrame = field(default_factory=pd.DataFrame)  # NEWER_PAIRS on NEWER_TESTED_METRICS (+ metric)
+    constant: dict | None = None  # the paper's test for SimCalib's constant feature branch vs GATS, where it ran
 
 
 # The paired tests beyond SimCalib vs GATS: SimCalib's objectives and tuned settings against their references,
@@ -202,11 +209,16 @@ def compute_significance(study: StudyResults, tables: TableSet, paper: PaperTabl
         published = paper.table("table1").pivot_table(index=["dataset", "backbone"], columns="method", values="mean")
         reference = stats.across_benchmarks(published, "SimCalib", "GATS")
     baselines = [m for m in MAIN_METHODS if m != "SimCalib"]
+    constant_means = constant_branch_means(study.main_rows())
+    constant = None
+    if len(constant_means) and "GATS" in ours_means.columns:
+        means = ours_means[["GATS"]].join(constant_means.rename(CONSTANT_BRANCH), how="left")
+        constant = stats.across_benchmarks(means, CONSTANT_BRANCH, "GATS")
     return Significance(reference, stats.across_benchmarks(ours_means, "SimCalib", "GATS"),
                         stats.across_benchmarks_all(ours_means, "SimCalib", baselines),
                         stats.paired_runs(study.main_rows(), "SimCalib", "GATS", "ece"),
                         stats.paired_comparisons(study.main_rows(), REPORT_PAIRS, "ece"),
-                        newer_comparisons(study.main_rows()))
+                        newer_comparisons(study.main_rows()), constant)
 
 
 def write_significance(sig: Significance, out_dir: Path) -> list[Path]:
@@ -216,7 +228,9 @@ def write_significance(sig: Significance, out_dir: Path) -> list[Path]:
              folder / "paired_runs_all.csv"]
     summary = pd.DataFrame([dict(source="paper Table 1", **sig.paper)] if sig.paper else [])
     summary = pd.concat([summary, pd.DataFrame([dict(source="ours", **sig.ours)])], ignore_index=True)
-    pd.concat([summary.assign(family="paper's test"), sig.across.assign(source="ours", family="vs each baseline")],
+    constant = pd.DataFrame([dict(source="ours", **sig.constant)] if sig.constant else [])
+    pd.concat([summary.assign(family="paper's test"), constant.assign(family="paper's test, constant branch"),
+               sig.across.assign(source="ours", family="vs each baseline")],
               ignore_index=True).to_csv(paths[0], index=False, float_format="%.6g")
     sig.paired.to_csv(paths[1], index=False, float_format="%.6g")
     sig.comparisons.to_csv(paths[2], index=False, float_format="%.6g")

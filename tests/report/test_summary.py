@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from scipy.stats import wilcoxon
 
 from simcalib.cli import main
@@ -54,6 +55,27 @@ def test_the_summary_row_holds_the_benchmarks_means_and_the_paired_difference(tm
     p = wilcoxon(simcalib, gats).pvalue
     lower = sum(s < g for s, g in zip(simcalib, gats))
     assert f"SimCalib lower on {lower} of 2, p = {p:.2g}," in md
+
+
+def test_the_constant_branchs_test_over_benchmarks_is_in_the_summary_and_in_across_benchmarks_csv(tmp_path):
+    for dataset, seed in (("Cora", 0), ("Photo", 3)):
+        write_benchmark(tmp_path / "results" / f"{dataset}_GCN", dataset, "GCN", METHODS, predictions=False,
+                        seed=seed)
+    out = build_report(tmp_path / "results", tmp_path / "report", paper_dir=tmp_path / "no_paper", theory_reps=20,
+                       theory_grid=SMALL_THEORY)
+    means = [pd.read_csv(tmp_path / "results" / f"{d}_GCN" / "results.csv").groupby("calibrator")["ece"].mean()
+             for d in ("Cora", "Photo")]
+    constant, gats = [m["SimCalib_decay_all"] for m in means], [m["GATS"] for m in means]
+    p = wilcoxon(constant, gats).pvalue
+    lower = sum(c < g for c, g in zip(constant, gats))
+    reduction = sum((g - c) / g for c, g in zip(constant, gats)) / 2
+    assert (f"The constant branch against GATS: lower on {lower} of 2, p = {p:.2g}, {100 * reduction:+.1f}%."
+            in out.summary_md.read_text())
+    across = pd.read_csv(tmp_path / "report" / "significance" / "across_benchmarks.csv")
+    (row,) = across[across["family"] == "paper's test, constant branch"].to_dict("records")
+    assert (row["method"], row["reference"], row["n"], row["wins"]) == ("SimCalib_decay_all", "GATS", 2, lower)
+    assert row["pvalue"] == pytest.approx(p, rel=1e-5)
+    assert row["relative_reduction"] == pytest.approx(reduction, rel=1e-5)
 
 
 def test_without_the_constant_branch_the_summary_has_no_column_for_it(tmp_path):
