@@ -89,6 +89,35 @@ def test_a_table_that_moved_makes_its_claim_stale_and_names_the_new_value(tmp_pa
     assert problems == ["quotes 1.61, the table now has 1.6312", "quotes 2.08, the table now has 2.1049"]
 
 
+def test_means_medians_and_quartiles_over_rows_are_checked_as_pandas_computes_them(tmp_path):
+    import io
+
+    import pandas as pd
+
+    means = pd.read_csv(io.StringIO(TABLE))["method_mean"]
+    mean, median, q1, q3 = means.mean(), means.median(), means.quantile(0.25), means.quantile(0.75)
+
+    def sentence(low: float) -> str:
+        return f"Over the three rows: mean {mean:.2f}, median {median:.2f}, quartiles {low:.3f}-{q3:.3f}."
+
+    path = write_claims(tmp_path, f"""\
+- text: "{sentence(q1)}"
+  from: pairs
+  numbers:
+    - {{column: method_mean, agg: mean}}
+    - {{column: method_mean, agg: median}}
+    - {{column: method_mean, agg: q1}}
+    - {{column: method_mean, agg: q3}}
+""")
+    (tmp_path / "findings.md").write_text(sentence(q1))
+    result = check_claims(path, root=tmp_path)
+    assert (result.numbers_checked, result.stale) == (4, ())
+    (tmp_path / "findings.md").write_text(sentence(q1 + 0.01))
+    path.write_text(path.read_text().replace(sentence(q1), sentence(q1 + 0.01)))
+    assert [c.problem for c in check_claims(path, root=tmp_path).stale] == [
+        f"quotes {q1 + 0.01:.3f}, the table now has {q1:g}"]
+
+
 def test_a_passage_reworded_in_the_document_is_reported_not_skipped(tmp_path):
     result = check_claims(write_claims(tmp_path, CLAIMS.replace("Holm p 5.9e-8", "Holm p = 5.9e-8")), root=tmp_path)
     assert len(result.stale) == 1 and "passage not found" in result.stale[0].problem
@@ -108,7 +137,7 @@ def test_a_selection_that_is_ambiguous_or_empty_is_stale_with_the_reason(tmp_pat
      "quotes 4 numbers"),
     (CLAIMS.replace("from: pairs\n  where: {dataset: Cora", "from: tables\n  where: {dataset: Cora"),
      "not one of `sources:`"),
-    (CLAIMS.replace("agg: count}", "agg: median}", 1), "agg 'median'"),
+    (CLAIMS.replace("agg: count}", "agg: mode}", 1), "agg 'mode'"),
     (CLAIMS.replace("from: pairs\n  numbers:", "form: pairs\n  numbers:"), "each claim is a mapping"),
 ])
 def test_a_malformed_claims_file_is_a_config_error_naming_the_fix(tmp_path, claims, message):
