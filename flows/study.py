@@ -224,38 +224,6 @@ def fitted_together(study: StudyPlan, plan: BenchmarkPlan) -> set[str]:
 
 
 @dataclass(frozen=True)
-class BenchmarkProgress:
-    """How much of one benchmark a study run would take from its output folder instead of computing it."""
-
-    name: str
-    runs: int
-    calibrations: int  # run x calibrator rows of the benchmark
-    complete: bool  # results.csv is this plan's complete output (completion.json matches)
-    runs_recorded: int  # runs with every calibration recorded in finished-tasks.jsonl
-    calibrations_recorded: int
-    backbones_recorded: int
-    records_elsewhere: int  # records whose key this plan does not have (other code, settings or options)
-    results_rows: int  # rows of results.csv (0: none)
-
-    def line(self) -> str:
-        if self.complete:
-            return f"{self.name}: complete ({self.runs} runs; results.csv is this plan's output, completion.json)"
-        if self.calibrations_recorded or self.backbones_recorded:
-            parts = [f"{self.name}: {self.runs_recorded} of {self.runs} runs with every calibrator recorded; "
-                     f"calibrations {self.calibrations_recorded} of {self.calibrations}, backbones "
-                     f"{self.backbones_recorded} of {self.runs} ({FINISHED_TASKS})"]
-        else:
-            parts = [f"{self.name}: nothing recorded ({self.runs} runs, {self.calibrations} calibrations to compute)"]
-        if self.records_elsewhere:
-            plural = "s" if self.records_elsewhere != 1 else ""
-            parts.append(f"{self.records_elsewhere} record{plural} of other code, settings or options (computed again)")
-        if self.results_rows:
-            parts.append(f"results.csv ({self.results_rows} rows) is not this plan's complete output: its rows of "
-                         f"the study's calibrators are replaced when the benchmark completes")
-        return "; ".join(parts)
-
-
-@dataclass(frozen=True)
 class BenchmarkTaskKeys:
     """The task keys of one benchmark plan: what the flow looks up in the benchmark's records before submitting."""
 
@@ -287,6 +255,85 @@ def benchmark_task_keys(plan: BenchmarkPlan, together: set[str]) -> BenchmarkTas
         {run: pretrain_key(run, settings) for run in plan.runs})
 
 
+@dataclass(frozen=True)
+class TaskCost:
+    """Seconds the recorded tasks of a benchmark took (each task's own timer: CPU seconds at one torch thread per
+    task) and what its unrecorded tasks take at the same rates: a backbone at the recorded backbones' mean, a
+    calibration at the mean of the same calibrator's records."""
+
+    backbone_seconds: float  # mean over the recorded backbones (0: none timed)
+    fit_seconds_per_run: float  # sum over calibrators of each one's mean fit seconds per run
+    remaining_hours: float  # task hours of the unrecorded backbones and calibrations
+    unpriced: tuple[str, ...]  # calibrators with no timed record, left out of remaining_hours
+
+    def line(self) -> str:
+        text = (f"per run so far: backbone {self.backbone_seconds:.0f} s, fits {self.fit_seconds_per_run:.0f} s; "
+                f"the rest at these rates: {self.remaining_hours:.1f} task-hours")
+        if self.unpriced:
+            text += f" (not counting {', '.join(self.unpriced)}: no timed record yet)"
+        return text
+
+
+def _seconds(result, field: str) -> list[float]:
+    """``field`` of a recorded result (a row, or one row per run for a split fitted together)."""
+    rows = result if isinstance(result, list) else [result]
+    return [float(row[field]) for row in rows if isinstance(row, dict) and isinstance(row.get(field), (int, float))]
+
+
+def task_cost(keys: BenchmarkTaskKeys, recorded: dict[str, object]) -> TaskCost | None:
+    """:class:`TaskCost` of a benchmark's records, by its plan's task keys (None: no record is timed)."""
+    runs = len(keys.pretrain)
+    trained = [s for k in keys.pretrain.values() if k in recorded for s in _seconds(recorded[k], "train_seconds")]
+    fits: dict[str, list[float]] = {}
+    for by_calibrator in (*keys.together.values(), *keys.per_run.values()):
+        for name, key in by_calibrator.items():
+            fits.setdefault(name, [])
+            if key in recorded:
+                fits[name].extend(_seconds(recorded[key], "fit_seconds"))
+    means = {name: sum(s) / len(s) for name, s in fits.items() if s}
+    if not trained and not means:
+        return None
+    backbone = sum(trained) / len(trained) if trained else 0.0
+    remaining = backbone * (runs - len(trained)) + sum(mean * (runs - len(fits[name])) for name, mean in means.items())
+    return TaskCost(backbone, sum(means.values()), remaining / 3600,
+                    tuple(name for name, s in fits.items() if not s))
+
+
+@dataclass(frozen=True)
+class BenchmarkProgress:
+    """How much of one benchmark a study run would take from its output folder instead of computing it."""
+
+    name: str
+    runs: int
+    calibrations: int  # run x calibrator rows of the benchmark
+    complete: bool  # results.csv is this plan's complete output (completion.json matches)
+    runs_recorded: int  # runs with every calibration recorded in finished-tasks.jsonl
+    calibrations_recorded: int
+    backbones_recorded: int
+    records_elsewhere: int  # records whose key this plan does not have (other code, settings or options)
+    results_rows: int  # rows of results.csv (0: none)
+    cost: TaskCost | None = None  # task seconds of the records, and what the rest takes at their rates
+
+    def line(self) -> str:
+        if self.complete:
+            return f"{self.name}: complete ({self.runs} runs; results.csv is this plan's output, completion.json)"
+        if self.calibrations_recorded or self.backbones_recorded:
+            parts = [f"{self.name}: {self.runs_recorded} of {self.runs} runs with every calibrator recorded; "
+                     f"calibrations {self.calibrations_recorded} of {self.calibrations}, backbones "
+                     f"{self.backbones_recorded} of {self.runs} ({FINISHED_TASKS})"]
+            if self.cost is not None:
+                parts.append(self.cost.line())
+        else:
+            parts = [f"{self.name}: nothing recorded ({self.runs} runs, {self.calibrations} calibrations to compute)"]
+        if self.records_elsewhere:
+            plural = "s" if self.records_elsewhere != 1 else ""
+            parts.append(f"{self.records_elsewhere} record{plural} of other code, settings or options (computed again)")
+        if self.results_rows:
+            parts.append(f"results.csv ({self.results_rows} rows) is not this plan's complete output: its rows of "
+                         f"the study's calibrators are replaced when the benchmark completes")
+        return "; ".join(parts)
+
+
 def benchmark_progress(study: StudyPlan) -> list[BenchmarkProgress]:
     """Per benchmark of ``study``: what its output folder holds of it, by the same task keys the flow uses, so
     that records written under other code or settings do not count (the flow would compute those again)."""
@@ -314,7 +361,7 @@ def benchmark_progress(study: StudyPlan) -> list[BenchmarkProgress]:
             plan.name, len(plan.runs), calibrations, False,
             sum(1 for run in plan.runs if done_per_run[run] == len(options)),
             sum(done_per_run.values()), sum(k in recorded for k in keys.pretrain.values()),
-            len(set(recorded) - keys.all()), rows))
+            len(set(recorded) - keys.all()), rows, task_cost(keys, recorded)))
     return progress
 
 

@@ -162,9 +162,9 @@ def test_progress_and_scheduler_take_the_same_records_when_a_splits_runs_are_fit
     keys = benchmark_task_keys(benchmark, together)
     (split, runs), = keys.split_runs.items()
     first = runs[0]
-    records = [(key, [{"calibrator": c} for _ in runs]) for c, key in keys.together[split].items()]
-    records += [(key, {"calibrator": c}) for c, key in keys.per_run[first].items()]
-    records += [(keys.pretrain[first], {"run": first.tag()})]
+    records = [(key, [{"calibrator": c, "fit_seconds": 2.0} for _ in runs]) for c, key in keys.together[split].items()]
+    records += [(key, {"calibrator": c, "fit_seconds": 5.0}) for c, key in keys.per_run[first].items()]
+    records += [(keys.pretrain[first], {"run": first.tag(), "train_seconds": 100.0})]
     benchmark.out_dir.mkdir(parents=True, exist_ok=True)
     (benchmark.out_dir / FINISHED_TASKS).write_text(
         "".join(json.dumps({"key": key, "result": result}) + "\n" for key, result in records))
@@ -173,6 +173,10 @@ def test_progress_and_scheduler_take_the_same_records_when_a_splits_runs_are_fit
     per_run = len(CALIBRATORS) - len(together)
     assert (progress.runs_recorded, progress.calibrations_recorded, progress.backbones_recorded,
             progress.records_elsewhere) == (1, len(together) * len(runs) + per_run, 1, 0)
+    # the two backbones and per-run fits left, at the recorded rates; the split's joint fits are all in
+    assert progress.cost.backbone_seconds == 100 and progress.cost.fit_seconds_per_run == 2 * len(together) + 5 * per_run
+    assert progress.cost.remaining_hours == pytest.approx((2 * 100 + 2 * 5 * per_run) / 3600)
+    assert progress.cost.unpriced == ()
     scheduler = _Scheduler(plan, logging.getLogger("test"), *(FakeTask(k, []) for k in ("a", "b", "c")))
     scheduler.plan_benchmark(benchmark)
     assert scheduler.recorded == {"pretrain": 1, "calibrate": len(together) + per_run}
@@ -198,6 +202,7 @@ def test_progress_counts_what_the_record_holds_by_the_plans_own_task_keys(tiny_p
             progress.records_elsewhere) == (False, 1, 4, 2, 1)
     assert progress.line().startswith("Cora-GCN: 1 of 3 runs with every calibrator recorded; calibrations 4 of 12, "
                                       "backbones 2 of 3")
+    assert progress.cost is None  # the fake tasks' records carry no seconds: no rate to project from
 
     (benchmark.out_dir / "results.csv").write_text("calibrator\nTS\n")
     record_completion(benchmark.out_dir, "a-key-of-other-code", [])
