@@ -60,7 +60,7 @@ def render(study, paper, table_set, sig, figure_set, theory_result, out_dir: str
     from simcalib.report.render import write_report
     from simcalib.report.summary import write_summary
 
-    summary = build.report_summary(study, table_set, sig)
+    summary = build.report_summary(table_set, sig)
     blocks = build.assemble(study, paper, table_set, sig, figure_set, theory_result, Path(out_dir), title,
                             summary=summary)
     md, _ = write_report(blocks, Path(out_dir), title)

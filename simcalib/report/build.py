@@ -165,6 +165,7 @@ class Significance:
     comparisons: pd.DataFrame  # every pair of REPORT_PAIRS that ran, per benchmark (stats.paired_comparisons)
     newer: pd.DataFrame = field(default_factory=pd.DataFrame)  # NEWER_PAIRS on NEWER_TESTED_METRICS (+ metric)
     constant: dict | None = None  # the paper's test for SimCalib's constant feature branch vs GATS, where it ran
+    constant_means: pd.Series = field(default_factory=pd.Series)  # its mean ECE per (dataset, backbone), the test's input
 
 
 # The paired tests beyond SimCalib vs GATS: SimCalib's objectives and tuned settings against their references,
@@ -218,7 +219,7 @@ def compute_significance(study: StudyResults, tables: TableSet, paper: PaperTabl
                         stats.across_benchmarks_all(ours_means, "SimCalib", baselines),
                         stats.paired_runs(study.main_rows(), "SimCalib", "GATS", "ece"),
                         stats.paired_comparisons(study.main_rows(), REPORT_PAIRS, "ece"),
-                        newer_comparisons(study.main_rows()), constant)
+                        newer_comparisons(study.main_rows()), constant, constant_means)
 
 
 def write_significance(sig: Significance, out_dir: Path) -> list[Path]:
@@ -661,9 +662,9 @@ def theory_blocks(result: TheoryResult, out_dir: Path) -> list[Block]:
     ]
 
 
-def report_summary(study: StudyResults, tables: TableSet, sig: Significance) -> list[Block]:
+def report_summary(tables: TableSet, sig: Significance) -> list[Block]:
     """The summary table and the paper's test (:mod:`simcalib.report.summary`), read from the tables and tests."""
-    return summary_blocks(summary_frame(tables, sig, constant_branch_means(study.main_rows())), sig)
+    return summary_blocks(summary_frame(tables, sig, sig.constant_means), sig)
 
 
 def one_class_blocks(rows: pd.DataFrame) -> list[Block]:
@@ -692,7 +693,7 @@ def assemble(study: StudyResults, paper: PaperTables, tables: TableSet, sig: Sig
     """The report's blocks in order; ``summary``: :func:`report_summary`'s blocks where the caller has them;
     ``homophily``: :func:`write_homophily`'s outputs (the local-homophily section where rows carry its data)."""
     out_dir = Path(out_dir)
-    summary = report_summary(study, tables, sig) if summary is None else summary
+    summary = report_summary(tables, sig) if summary is None else summary
     return [*overview_blocks(study, paper, title, regenerate), *one_class_blocks(study.main_rows()),
             Heading(2, "Summary"), *summary,
             *table_blocks(tables, split_evidence(study.main_rows())),
@@ -745,7 +746,7 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
     homophily = write_homophily(study.main_rows(), out_dir)
     if homophily is not None:
         files += homophily.files
-    summary = report_summary(study, tables, sig)
+    summary = report_summary(tables, sig)
     summary_md = write_summary(summary, out_dir)  # the summary alone, for a README to embed (``summary_in``)
     files.append(summary_md)
     if title is None:
