@@ -1,0 +1,171 @@
+"""The measured cost of the study flow's pass beside the projection, from the committed results alone.
+
+For each benchmark folder of a results directory written by ``simcalib study run``:
+
+* complete (``completion.json`` beside ``results.csv``): backbone training seconds from ``completion.json``'s
+  ``backbone_stats``, calibrator fit seconds summed over ``results.csv``'s rows of the projected calibrators;
+* under way (``finished-tasks.jsonl``): the same two sums over the recorded tasks (``pretrain-`` records hold a
+  backbone's ``train_seconds``, the others a calibrator's row or rows).
+
+Beside each: the projection's seconds per run (``measured_study_cost.py``'s table: backbone s and calibrator s of
+one core), the ratio, and the CPU-hours of the benchmark's 75 runs. What remains is projected per benchmark from
+what its folder lacks (a backbone per run not recorded, each calibrator's missing fits) at the projection's rates,
+and again at each measured benchmark's ratios (backbones, fits), which brackets it. Wall time is not in
+the files: the provenance records it from the pass's logs.
+
+    python benchmarks/flow_pass_cost.py reports/offline/results \\
+        --projection reports/performance/measured_study_cost_newer_measured_scaled.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+FULL_RUNS = 75
+PROJECTION_LINE = re.compile(
+    r"^(?P<dataset>\S+) (?P<backbone>GCN|GAT)\s+\d+\s+\d+\s+[\d.]+\s+\d+\s+(?P<backbone_s>[\d.]+)\s+"
+    r"(?P<calib_s>[\d.]+)\s+[\d.]+\s+(?P<per_calibrator>\S+=.*)$")
+SHOWN = ("GETS", "GETS_holdout", "GETS_ap")  # the calibrators whose fits dominate a run's
+
+
+@dataclass
+class Projection:
+    backbone_s: float
+    calib_s: float
+    per_calibrator: dict[str, float]
+
+    @property
+    def run_s(self) -> float:
+        return self.backbone_s + self.calib_s
+
+
+@dataclass
+class Measured:
+    state: str  # "complete" or "under way"
+    backbone_seconds: list[float] = field(default_factory=list)
+    fit_seconds: dict[str, list[float]] = field(default_factory=dict)  # calibrator -> one entry per row
+    runs_complete: int = 0  # runs with every projected calibrator's row
+
+    def fits_per_run(self) -> float:
+        runs = max(len(v) for v in self.fit_seconds.values()) if self.fit_seconds else 0
+        return sum(sum(v) for v in self.fit_seconds.values()) / runs if runs else math.nan
+
+
+def read_projection(path: Path) -> dict[str, Projection]:
+    """Projection per benchmark 'Dataset_Backbone' from a measured_study_cost.py table."""
+    out = {}
+    for line in path.read_text().splitlines():
+        match = PROJECTION_LINE.match(line)
+        if not match:
+            continue
+        per = {name: float(value) for name, value in
+               (item.split("=") for item in match["per_calibrator"].split())}
+        out[f"{match['dataset']}_{match['backbone']}"] = Projection(
+            float(match["backbone_s"]), float(match["calib_s"]), per)
+    if not out:
+        raise SystemExit(f"{path}: no benchmark line of measured_study_cost.py's table")
+    return out
+
+
+def _add_row(measured: Measured, row: dict, calibrators: set[str]) -> None:
+    if row.get("calibrator") in calibrators:
+        measured.fit_seconds.setdefault(row["calibrator"], []).append(float(row["fit_seconds"]))
+
+
+def read_benchmark(folder: Path, calibrators: set[str]) -> Measured | None:
+    """The measured seconds of one benchmark folder, or None when it holds neither a complete benchmark nor
+    records of one under way."""
+    completion, records = folder / "completion.json", folder / "finished-tasks.jsonl"
+    if completion.is_file():
+        measured = Measured("complete")
+        stats = json.loads(completion.read_text())["backbone_stats"]
+        measured.backbone_seconds = [float(s["train_seconds"]) for s in stats]
+        for row in pd.read_csv(folder / "results.csv").to_dict("records"):
+            _add_row(measured, row, calibrators)
+    elif records.is_file():
+        measured = Measured("under way")
+        for line in records.read_text().splitlines():
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line cut off by a kill: the flow writes it again
+                continue
+            result = record["result"]
+            if record["key"].startswith("pretrain-"):
+                measured.backbone_seconds.append(float(result["train_seconds"]))
+            else:
+                for row in result if isinstance(result, list) else [result]:
+                    _add_row(measured, row, calibrators)
+    else:
+        return None
+    counts = [len(measured.fit_seconds.get(c, [])) for c in calibrators]
+    measured.runs_complete = min(counts) if counts else 0
+    return measured
+
+
+def remaining_seconds(measured: Measured | None, projection: Projection,
+                      ratios: tuple[float, float] = (1.0, 1.0)) -> float:
+    """Projected one-core seconds of what the benchmark lacks, backbone and fit rates scaled by ``ratios``."""
+    if measured is not None and measured.state == "complete":
+        return 0.0
+    backbones = len(measured.backbone_seconds) if measured else 0
+    fits = measured.fit_seconds if measured else {}
+    backbone_left = max(0, FULL_RUNS - backbones) * projection.backbone_s
+    fit_left = sum(max(0, FULL_RUNS - len(fits.get(c, []))) * s for c, s in projection.per_calibrator.items())
+    return ratios[0] * backbone_left + ratios[1] * fit_left
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", type=Path, help="the study's results folder (one folder per benchmark)")
+    parser.add_argument("--projection", type=Path,
+                        default=Path("reports/performance/measured_study_cost_newer_measured_scaled.txt"))
+    args = parser.parse_args()
+    projections = read_projection(args.projection)
+    measured = {name: read_benchmark(args.results / name, set(p.per_calibrator)) for name, p in projections.items()}
+
+    print(f"# python benchmarks/flow_pass_cost.py {args.results} --projection {args.projection}")
+    print("benchmark        state      runs  backbone s/run (min-max)        fits s/run        CPU-h (75 runs)"
+          "   " + "  ".join(f"{c} s/fit" for c in SHOWN))
+    ratios = {}
+    for name, projection in projections.items():
+        m = measured[name]
+        label = name.replace("_", " ")
+        if m is None or not m.backbone_seconds:
+            print(f"{label:<16} {'none':<10} {0:>4}  projected {projection.backbone_s:.1f} s backbone, "
+                  f"{projection.calib_s:.1f} s fits, {FULL_RUNS * projection.run_s / 3600:.1f} CPU-hours")
+            continue
+        b = sum(m.backbone_seconds) / len(m.backbone_seconds)
+        f = m.fits_per_run()
+        hours = FULL_RUNS * (b + f) / 3600
+        shown = "  ".join(
+            f"{sum(m.fit_seconds.get(c, [math.nan])) / max(1, len(m.fit_seconds.get(c, []))):.1f} "
+            f"({projection.per_calibrator.get(c, math.nan):.1f})" for c in SHOWN)
+        print(f"{label:<16} {m.state:<10} {m.runs_complete:>4}  "
+              f"{b:6.1f} ({min(m.backbone_seconds):.0f}-{max(m.backbone_seconds):.0f}) vs {projection.backbone_s:6.1f} "
+              f"{b / projection.backbone_s:4.2f}x  {f:6.1f} vs {projection.calib_s:6.1f} {f / projection.calib_s:4.2f}x  "
+              f"{hours:5.1f} vs {FULL_RUNS * projection.run_s / 3600:5.1f} {hours / (FULL_RUNS * projection.run_s / 3600):4.2f}x"
+              f"   {shown}")
+        ratios[f"{label} ({m.state}, {m.runs_complete} runs)"] = (b / projection.backbone_s, f / projection.calib_s)
+
+    left = {name: remaining_seconds(measured[name], p) for name, p in projections.items()}
+    print("\nremaining, projected from what each folder lacks (one core): "
+          f"{sum(left.values()) / 3600:.1f} CPU-hours, {sum(left.values()) / 7200:.1f} h on 2 worker processes")
+    for name, seconds in left.items():
+        if seconds:
+            print(f"  {name.replace('_', ' '):<16} {seconds / 3600:5.1f}")
+    for label, (rb, rf) in ratios.items():
+        total = sum(remaining_seconds(measured[n], p, (rb, rf)) for n, p in projections.items())
+        print(f"  at {label}'s measured ratios (backbones {rb:.2f}x, fits {rf:.2f}x): {total / 3600:.1f} CPU-hours")
+
+
+if __name__ == "__main__":
+    main()
