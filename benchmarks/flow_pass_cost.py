@@ -154,7 +154,8 @@ def main() -> None:
               f"{b / projection.backbone_s:4.2f}x  {f:6.1f} vs {projection.calib_s:6.1f} {f / projection.calib_s:4.2f}x  "
               f"{hours:5.1f} vs {FULL_RUNS * projection.run_s / 3600:5.1f} {hours / (FULL_RUNS * projection.run_s / 3600):4.2f}x"
               f"   {shown}")
-        ratios[f"{label} ({m.state}, {m.runs_complete} runs)"] = (b / projection.backbone_s, f / projection.calib_s)
+        if m.runs_complete:  # a benchmark just begun has partial runs: no ratio yet
+            ratios[f"{label} ({m.state}, {m.runs_complete} runs)"] = (b / projection.backbone_s, f / projection.calib_s)
 
     left = {name: remaining_seconds(measured[name], p) for name, p in projections.items()}
     print("\nremaining, projected from what each folder lacks (one core): "
