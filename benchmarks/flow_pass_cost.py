@@ -54,8 +54,9 @@ class Measured:
     runs_complete: int = 0  # runs with every projected calibrator's row
 
     def fits_per_run(self) -> float:
-        runs = max(len(v) for v in self.fit_seconds.values()) if self.fit_seconds else 0
-        return sum(sum(v) for v in self.fit_seconds.values()) / runs if runs else math.nan
+        """Sum of the calibrators' mean fit seconds: under way, calibrators have different row counts."""
+        means = [sum(v) / len(v) for v in self.fit_seconds.values() if v]
+        return sum(means) if means else math.nan
 
 
 def read_projection(path: Path) -> dict[str, Projection]:
@@ -82,24 +83,19 @@ def _add_row(measured: Measured, row: dict, calibrators: set[str]) -> None:
 def read_benchmark(folder: Path, calibrators: set[str]) -> Measured | None:
     """The measured seconds of one benchmark folder, or None when it holds neither a complete benchmark nor
     records of one under way."""
-    completion, records = folder / "completion.json", folder / "finished-tasks.jsonl"
+    from flows.study import FINISHED_TASKS, read_finished_tasks  # the flow's own reading of its records
+
+    completion = folder / "completion.json"
     if completion.is_file():
         measured = Measured("complete")
         stats = json.loads(completion.read_text())["backbone_stats"]
         measured.backbone_seconds = [float(s["train_seconds"]) for s in stats]
         for row in pd.read_csv(folder / "results.csv").to_dict("records"):
             _add_row(measured, row, calibrators)
-    elif records.is_file():
+    elif (folder / FINISHED_TASKS).is_file():
         measured = Measured("under way")
-        for line in records.read_text().splitlines():
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:  # a line cut off by a kill: the flow writes it again
-                continue
-            result = record["result"]
-            if record["key"].startswith("pretrain-"):
+        for key, result in read_finished_tasks(folder).items():
+            if key.startswith("pretrain-"):
                 measured.backbone_seconds.append(float(result["train_seconds"]))
             else:
                 for row in result if isinstance(result, list) else [result]:

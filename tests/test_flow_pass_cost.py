@@ -78,3 +78,8 @@ def test_a_file_without_the_table_is_refused_by_name(tmp_path):
     path.write_text("nothing here\n")
     with pytest.raises(SystemExit, match="other.txt: no benchmark line"):
         flow_pass_cost.read_projection(path)
+
+
+def test_fits_per_run_under_way_sums_each_calibrators_mean_whatever_its_row_count():
+    measured = flow_pass_cost.Measured("under way", fit_seconds={"TS": [1.0, 3.0], "GETS": [10.0]})
+    assert measured.fits_per_run() == pytest.approx(12.0)  # 2 + 10, not (1 + 3 + 10) / 2
