@@ -2,7 +2,7 @@
 
 Four checks, run on a machine with a CUDA device (``make gpu-check``; not part of the test suite):
 
-1. **Calibration on CUDA.** The quick study's smallest configuration: its first benchmark (Cora x GCN), its
+1. **Calibration on CUDA** (``calibration``). The quick study's smallest configuration: its first benchmark (Cora x GCN), its
    first run (split 0, init 0, fold 0) and every calibrator with the options ``study/quick.yaml`` gives them.
    The backbone is trained once on CPU; each calibrator is then fitted and evaluated on it twice, with
    ``device: cpu`` and ``device: cuda``, and the two rows are compared (:func:`compare_rows`):
@@ -22,18 +22,19 @@ Four checks, run on a machine with a CUDA device (``make gpu-check``; not part o
    - ``mce`` (the maximum over bins, where one node in a sparse bin moves it by tens of points) is printed,
      not compared.
 
-2. **Backbone training on CUDA.** The same run trained on CUDA and evaluated with UnCal, printed beside the
+2. **Backbone training on CUDA** (``training``). The same run trained on CUDA and evaluated with UnCal, printed beside the
    CPU row. Not compared for equality: CUDA draws dropout masks from its own generator (Philox), not the CPU's
    (mt19937), so a backbone trained on CUDA from the same seed is another random draw of the protocol, as a
    different init would be. Flagged only when its test accuracy is more than ``TRAINING_FLAG_PP`` = 5 points
    from the CPU backbone's, about three times the spread of Cora GCN accuracy between inits.
-3. **GAT attention kernels on CUDA**: ``tests/backbones/test_gat_attention.py`` with
+3. **GAT attention kernels on CUDA** (``kernels``): ``tests/backbones/test_gat_attention.py`` with
    ``SIMCALIB_TEST_DEVICE=cuda`` (its layer and model equality tests run on that device; the dropout-mask
    tests are CPU-only and skip).
-4. **Epoch times**: one training epoch (training step and evaluation forward, as in ``train_backbone``) of
+4. **Epoch times** (``timing``): one training epoch (training step and evaluation forward, as in ``train_backbone``) of
    GCN and GAT on Computers, Photo, CS and Physics on CUDA, median of ``--repeats`` after warm-up.
 
     python benchmarks/gpu_check.py [--out reports/performance/gpu_check.txt] [--repeats 20] [--skip-timing]
+                                   [--checks timing,kernels,training,calibration]
 
 Without a CUDA device it prints one line (``gpu-check: no CUDA device ...``) and exits with status 2, so
 that ``make gpu-check`` on a CPU-only machine fails instead of passing with nothing checked. Exit status 1:
@@ -63,6 +64,7 @@ SMOOTH_METRICS = ("nll", "brier")
 TRAINING_FLAG_PP = 5.0
 TIMED_DATASETS = ("Computers", "Photo", "CS", "Physics")
 TIMED_BACKBONES = ("GCN", "GAT")
+CHECK_NAMES = ("calibration", "training", "kernels", "timing")  # the default order
 
 
 def cuda_unavailable_reason() -> str | None:
@@ -111,10 +113,11 @@ def compare_rows(cpu: list[dict], gpu: list[dict], accuracy_preserving: dict[str
 
 def _quick_run():
     """(run, settings, calibrators) of the quick study's first benchmark's first run."""
-    from simcalib.experiment.study import load_study, plan_study
+    from simcalib.experiment.plan import plan_study
+    from simcalib.experiment.study import load_study
 
-    plan = plan_study(load_study(QUICK_STUDY))[0]
-    return plan.runs[0], plan.settings, plan.calibrators
+    plan = plan_study(load_study(QUICK_STUDY)).benchmarks[0]
+    return plan.runs[0], plan.settings, [(c.name, c.options_dict) for c in plan.calibrators]
 
 
 def check_calibration(lines: list[str], device: str = "cuda") -> list[str]:
@@ -209,7 +212,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the report to this file (e.g. reports/performance/gpu_check.txt)")
     parser.add_argument("--repeats", type=int, default=20, help="timed epochs per backbone (after 3 warm-up epochs)")
     parser.add_argument("--skip-timing", action="store_true", help="only the CPU/CUDA comparisons and the kernel tests")
+    parser.add_argument("--checks", default=",".join(CHECK_NAMES),
+                        help=f"comma-separated checks to run, in this order (default: {','.join(CHECK_NAMES)}); "
+                             "on a lease of limited time, the short ones first")
     args = parser.parse_args(argv)
+    names = [name.strip() for name in args.checks.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(CHECK_NAMES))
+    if unknown or not names:
+        parser.error(f"--checks: unknown check(s) {', '.join(unknown) or '(none given)'}; "
+                     f"choose from {', '.join(CHECK_NAMES)}")
+    if args.skip_timing:
+        names = [name for name in names if name != "timing"]
 
     reason = cuda_unavailable_reason()
     if reason:
@@ -221,10 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"gpu-check: {torch.cuda.get_device_name()}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
              f"{platform.node()}, {time.strftime('%Y-%m-%d %H:%M:%S')}"]
     problems: list[str] = []
-    checks = [check_calibration, check_training, check_gat_kernels]
-    if not args.skip_timing:
-        checks.append(lambda out: time_epochs(out, args.repeats))
-    for check in checks:
+    checks = {"calibration": check_calibration, "training": check_training, "kernels": check_gat_kernels,
+              "timing": lambda out: time_epochs(out, args.repeats)}
+    for check in (checks[name] for name in names):
         start = len(lines)
         problems += check(lines)
         print("\n".join(lines[start:]), flush=True)

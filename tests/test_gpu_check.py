@@ -39,6 +39,17 @@ def test_the_reason_names_a_cpu_build_or_an_invisible_device(gpu_check, monkeypa
     assert gpu_check.cuda_unavailable_reason() is None
 
 
+def test_the_checked_run_is_the_quick_studys_first_with_its_calibrators(gpu_check):
+    from simcalib.calibrators import CALIBRATORS
+
+    run, settings, calibrators = gpu_check._quick_run()
+    assert (run.dataset, run.backbone, run.split, run.init, run.fold) == ("Cora", "GCN", 0, 0, 0)
+    assert settings.study_seed == 10
+    names = {name for name, _ in calibrators}
+    assert {"UnCal", "TS", "VS", "ETS", "CaGCN", "GATS", "SimCalib"} <= names <= set(CALIBRATORS)
+    assert all(isinstance(options, dict) for _, options in calibrators)
+
+
 def _row(calibrator="TS", **metrics):
     values = {"ece": 10.0, "ace": 9.0, "mce": 30.0, "classwise_ece": 5.0, "kde_ece": 11.0, "nll": 1.2,
               "brier": 0.5, "accuracy": 80.0}
@@ -75,3 +86,11 @@ def test_accuracy_of_a_calibrator_that_moves_the_argmax_has_the_binned_tolerance
 def test_rows_of_other_runs_are_flagged(gpu_check):
     problems = gpu_check.compare_rows([_row(), _row("VS")], [_row()], PRESERVING)
     assert len(problems) == 1 and "different runs" in problems[0]
+
+
+def test_an_unknown_check_is_named_beside_the_choices(gpu_check, capsys):
+    with pytest.raises(SystemExit) as exited:
+        gpu_check.main(["--checks", "timing,speed"])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "unknown check(s) speed" in error and "calibration, training, kernels, timing" in error
