@@ -94,3 +94,50 @@ def test_an_unknown_check_is_named_beside_the_choices(gpu_check, capsys):
     assert exited.value.code == 2
     error = capsys.readouterr().err
     assert "unknown check(s) speed" in error and "calibration, training, kernels, timing" in error
+
+
+def test_a_calibrator_failing_on_cuda_is_reported_and_the_others_still_compared(gpu_check, monkeypatch):
+    import dataclasses
+
+    import simcalib.experiment.protocol as protocol
+
+    @dataclasses.dataclass(frozen=True)
+    class Settings:
+        device: str = "cpu"
+        cache_dir: str | None = None
+
+    def evaluate(run, settings, name, options, output):
+        if name == "CaGCN" and settings.device == "cuda":
+            raise RuntimeError("Values and crow_indices need to be on the same device.")
+        return _row(name)
+
+    run = protocol.Run("Cora", "GCN", 0, 0, 0)
+    monkeypatch.setattr(gpu_check, "_quick_run", lambda: (run, Settings(), [("TS", {}), ("CaGCN", {}), ("VS", {})]))
+    monkeypatch.setattr(protocol, "train_run_backbone", lambda run, settings: None)
+    monkeypatch.setattr(protocol, "evaluate_calibrator", evaluate)
+    lines = []
+    problems = gpu_check.check_calibration(lines)
+    (problem,) = problems
+    assert problem.startswith("CaGCN on cuda: RuntimeError: Values and crow_indices need to be on the same device. (")
+    assert "tests/test_gpu_check.py:" in problem  # where it was raised
+    table = {line.split()[0]: line for line in lines[2:5]}
+    assert lines[5].endswith("CaGCN")  # the dropout fits named (CaGCN; TS and VS draw none)
+    assert list(table) == ["TS", "CaGCN", "VS"] and "failed" in table["CaGCN"] and "failed" not in table["VS"]
+
+
+def test_a_fit_with_dropout_is_compared_as_another_draw(gpu_check):
+    cpu, gpu = [_row("CaGCN")], [_row("CaGCN", nll=1.5, brier=0.6, ace=12.0, ece=12.0)]
+    assert gpu_check.compare_rows(cpu, gpu, {"CaGCN": True}, frozenset({"CaGCN"})) == []
+    far = [_row("CaGCN", ece=10.0 + gpu_check.DROPOUT_FLAG_PP + 0.1)]
+    (problem,) = gpu_check.compare_rows(cpu, far, {"CaGCN": True}, frozenset({"CaGCN"}))
+    assert problem.startswith("CaGCN s0 i0 f0: ece") and "another random draw" in problem
+    assert len(gpu_check.compare_rows(cpu, gpu, {"CaGCN": True})) == 4  # without dropout: ece, ace, nll, brier
+
+
+def test_dropout_is_found_in_submodules(gpu_check):
+    from simcalib.calibrators import build_calibrator
+
+    assert gpu_check.fit_draws_dropout(build_calibrator("CaGCN", 7, "Cora", "GCN"))
+    assert gpu_check.fit_draws_dropout(build_calibrator("SimCalib", 7, "Cora", "GCN"))  # its feature GNN
+    assert not gpu_check.fit_draws_dropout(build_calibrator("SimCalib_m", 7, "Cora", "GCN"))  # movement only
+    assert not gpu_check.fit_draws_dropout(build_calibrator("TS", 7, "Cora", "GCN"))
