@@ -30,6 +30,10 @@ def plan_run(study_path: Path, dataset: str, backbone: str, device: str, calibra
 
     overrides = {"benchmarks": {"datasets": [dataset], "backbones": [backbone]}, "device": device}
     plan = plan_study(load_study(study_path, overrides)).benchmarks[0]
+    unknown = sorted(set(calibrators or ()) - set(plan.calibrator_names))
+    if unknown:
+        raise SystemExit(f"--calibrators: {', '.join(unknown)} not in {study_path.name}; "
+                         f"choose from {', '.join(plan.calibrator_names)}")
     chosen = [(c.name, c.options_dict) for c in plan.calibrators if calibrators is None or c.name in calibrators]
     return plan.runs[0], plan.settings, chosen
 
