@@ -23,8 +23,10 @@ from typing import Any
 
 import torch
 import torch_geometric
+import yaml
 
 import simcalib
+from simcalib.errors import ConfigError
 from simcalib.experiment.protocol import ProtocolSettings, Run
 from simcalib.experiment.splits import find_split_file, protocol_name
 
@@ -35,8 +37,49 @@ _NOT_NUMERIC = ("simcalib.commands", "simcalib.report", "simcalib.tuning", "simc
 KEY_VERSION = 1  # bump when the meaning of a task's result changes
 
 
+EQUIVALENCES = Path(__file__).with_name("fingerprint_equivalences.yaml")
+
+
 @functools.lru_cache(maxsize=1)
 def library_fingerprint() -> str:
+    """The code part of every task key: :func:`source_fingerprint`, or the earlier fingerprint that
+    ``flows/fingerprint_equivalences.yaml`` records this exact source as computing the same numbers as (tasks
+    recomputed with it equal to their records), so finished tasks stay valid across an edit that cannot move a
+    number. Any further edit gives a fingerprint the file does not name, keyed anew."""
+    return canonical_fingerprint(source_fingerprint(), read_equivalences())
+
+
+def canonical_fingerprint(fingerprint: str, equivalences: dict[str, str]) -> str:
+    """``fingerprint`` followed through ``equivalences`` (source -> the earlier one with the same numbers)."""
+    seen = [fingerprint]
+    while fingerprint in equivalences:
+        fingerprint = equivalences[fingerprint]
+        if fingerprint in seen:
+            raise ConfigError(f"{EQUIVALENCES.name}: the fingerprints {' -> '.join(seen + [fingerprint])} form a "
+                              "cycle; each entry must name an earlier fingerprint")
+        seen.append(fingerprint)
+    return fingerprint
+
+
+def read_equivalences(path: Path | None = None) -> dict[str, str]:
+    """``{fingerprint: same_numbers_as}`` from the equivalences file (none when it is absent)."""
+    path = EQUIVALENCES if path is None else path
+    if not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+        entries = data.get("equivalences") or []
+        pairs = {str(e["fingerprint"]): str(e["same_numbers_as"]) for e in entries}
+    except (yaml.YAMLError, AttributeError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a list of equivalences ({type(exc).__name__}: {exc}); each entry needs "
+                          "'fingerprint' and 'same_numbers_as' under the key 'equivalences'") from None
+    if len(pairs) != len(entries):
+        raise ConfigError(f"{path}: a fingerprint is listed twice")
+    return pairs
+
+
+@functools.lru_cache(maxsize=1)
+def source_fingerprint() -> str:
     """sha256 over the source of the numeric parts of ``simcalib`` (file names and contents, sorted)."""
     root = Path(simcalib.__file__).parent
     digest = hashlib.sha256()
@@ -131,5 +174,6 @@ def calibrate_across_runs_cache_key_fn(context, parameters: dict) -> str:
 
 __all__ = [
     "benchmark_key", "calibrate_across_runs_cache_key_fn", "calibrate_across_runs_key", "calibrate_cache_key_fn",
-    "calibrate_key", "library_fingerprint", "pretrain_cache_key_fn", "pretrain_key", "run_identity",
+    "calibrate_key", "canonical_fingerprint", "library_fingerprint", "pretrain_cache_key_fn", "pretrain_key",
+    "read_equivalences", "run_identity", "source_fingerprint",
 ]

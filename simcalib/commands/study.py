@@ -111,9 +111,13 @@ def check_study(args: argparse.Namespace) -> int:
         print(f"study {study.name}: {study.spec.description}")
     print("\n".join(plan.lines()))
     if any(benchmark.out_dir.is_dir() for benchmark in plan.benchmarks):
+        from flows.caching import library_fingerprint, source_fingerprint
         from flows.study import benchmark_progress  # the flow's own task keys
 
         print(f"  progress in {study.output} (what `simcalib study run` takes from there instead of computing it)")
+        code, source = library_fingerprint(), source_fingerprint()
+        print(f"    code fingerprint {code}" + (f" (source {source}: the same numbers, flows/fingerprint_equivalences.yaml)"
+                                                if code != source else ""))
         for entry in benchmark_progress(plan):
             print(f"    {entry.line()}")
     if args.json:

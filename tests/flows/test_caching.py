@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 import flows.caching
 from flows.caching import (
     benchmark_key,
@@ -12,6 +14,7 @@ from flows.caching import (
     library_fingerprint,
     pretrain_key,
 )
+from simcalib.errors import ConfigError
 from simcalib.experiment.protocol import ProtocolSettings, Run
 
 RUN = Run("Cora", "GCN", 0, 1, 2)
@@ -68,3 +71,42 @@ def test_the_fixed_split_file_content_is_part_of_the_key(splits_dir, monkeypatch
     with_files = dataclasses.replace(SETTINGS, splits_dir=str(splits_dir))
     generated = dataclasses.replace(SETTINGS, splits_dir="none", generated_splits=True)  # no fixed files
     assert pretrain_key(RUN, with_files) != pretrain_key(RUN, generated)
+
+
+def test_an_equivalence_keeps_the_earlier_fingerprint_for_that_exact_source_only(tmp_path, monkeypatch):
+    source = flows.caching.source_fingerprint()
+    table = tmp_path / "fingerprint_equivalences.yaml"
+    table.write_text(f"equivalences:\n  - {{fingerprint: '{source}', same_numbers_as: 'earlier000000000'}}\n")
+    monkeypatch.setattr(flows.caching, "EQUIVALENCES", table)
+    library_fingerprint.cache_clear()
+    try:
+        assert library_fingerprint() == "earlier000000000"
+        base = calibrate_key(RUN, SETTINGS, "TS", {})
+        monkeypatch.setattr(flows.caching, "source_fingerprint", lambda: "edited-further")  # any further edit
+        library_fingerprint.cache_clear()
+        assert library_fingerprint() == "edited-further" and calibrate_key(RUN, SETTINGS, "TS", {}) != base
+    finally:
+        library_fingerprint.cache_clear()
+
+
+def test_equivalences_chain_and_refuse_a_cycle():
+    assert flows.caching.canonical_fingerprint("c", {"c": "b", "b": "a"}) == "a"
+    assert flows.caching.canonical_fingerprint("z", {"c": "b"}) == "z"
+    with pytest.raises(ConfigError, match="c -> b -> c form a cycle"):
+        flows.caching.canonical_fingerprint("c", {"c": "b", "b": "c"})
+
+
+def test_a_malformed_equivalences_file_is_named(tmp_path):
+    assert flows.caching.read_equivalences(tmp_path / "absent.yaml") == {}
+    bad = tmp_path / "eq.yaml"
+    bad.write_text("equivalences:\n  - {fingerprint: a}\n")
+    with pytest.raises(ConfigError, match="eq.yaml: not a list of equivalences.*same_numbers_as"):
+        flows.caching.read_equivalences(bad)
+    bad.write_text("equivalences:\n  - {fingerprint: a, same_numbers_as: b}\n  - {fingerprint: a, same_numbers_as: c}\n")
+    with pytest.raises(ConfigError, match="listed twice"):
+        flows.caching.read_equivalences(bad)
+
+
+def test_the_committed_equivalences_file_reads():
+    table = flows.caching.read_equivalences()
+    assert all(len(old) == 16 and old != new for new, old in table.items())
