@@ -55,8 +55,8 @@ class SparseOperand:
         nnz = matrix.values().numel()
         # Transpose a matrix whose values are the positions 0..nnz-1 to learn where each value goes.
         positions = torch.sparse_csr_tensor(
-            matrix.crow_indices(), matrix.col_indices(), torch.arange(nnz, dtype=torch.float64), matrix.shape,
-            check_invariants=False,
+            matrix.crow_indices(), matrix.col_indices(), torch.arange(nnz, dtype=torch.float64, device=matrix.device),
+            matrix.shape, check_invariants=False,
         )
         t = positions.t().to_sparse_csr()
         perm = t.values().round().long()

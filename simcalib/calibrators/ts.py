@@ -34,7 +34,8 @@ def fit_log_temperature(logits: Tensor, labels: Tensor, params: Tensor,
     r"""The ``params`` minimising the NLL of :math:`\mathrm{softmax}(z_i / T_i)` on the given nodes, with
     :math:`\log T = ` ``log_temperature(params)`` ([1], or [n, 1] for one temperature per node); L-BFGS
     (strong Wolfe line search, lr 0.5) in float64 from the given start. Returns the fitted params (detached)."""
-    params = params.detach().double().clone().requires_grad_(True)  # the caller's start stays as it was
+    # on the logits' device (a caller's start may be a CPU tensor); the caller's start stays as it was
+    params = params.detach().to(logits.device, torch.float64).clone().requires_grad_(True)
     logits = logits.detach().double()  # [n, K]
     optimizer = torch.optim.LBFGS([params], lr=0.5, max_iter=max_iter, line_search_fn="strong_wolfe")
 
