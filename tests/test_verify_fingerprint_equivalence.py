@@ -76,3 +76,30 @@ def test_values_are_compared_as_results_csv_stores_them(verify):
                                      {"ece": 0.12345678912, "fit_seconds": 2}, "r") == []  # beyond 10 digits
     assert verify.stored_differences({"ece": "0.1234567891"}, {"ece": 0.12345678916}, "r") == [
         "r: ece stored '0.1234567891', now '0.1234567892'"]
+
+
+def test_a_run_in_progress_compares_the_calibrations_recorded_so_far(verify, recorded, tmp_path):
+    study, _, records = recorded
+    (tmp_path / "finished-tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[:2]))  # TS only
+    lines = []
+    assert verify.verify_benchmark(tmp_path, study, flows.caching.library_fingerprint(), 1, lines.append) == []
+    assert lines == ["Cora_GCN_s0_i0_f0: backbone and 1 calibrator rows recomputed"]
+    (tmp_path / "finished-tasks.jsonl").write_text(json.dumps(records[0]) + "\n")  # the backbone alone
+    (problem,) = verify.verify_benchmark(tmp_path, study, flows.caching.library_fingerprint(), 1, lambda _: None)
+    assert problem == "Cora_GCN_s0_i0_f0: no calibrator record under fingerprint " \
+                      f"{flows.caching.library_fingerprint()}'s keys"
+
+
+def test_a_complete_benchmark_is_checked_by_its_key_and_stored_rows(verify, recorded, tmp_path):
+    from simcalib.store.results_store import append_rows
+
+    study, _, records = recorded
+    plan = plan_study(load_study(study)).benchmarks[0]
+    key = flows.caching.benchmark_key(list(plan.runs), plan.settings, plan.calibrator_options, set())
+    (tmp_path / "completion.json").write_text(json.dumps({"benchmark_key": key, "backbone_stats": [records[0]["result"]]}))
+    append_rows(tmp_path / "results.csv", [r["result"] for r in records[1:]])
+    lines = []
+    assert verify.verify_benchmark(tmp_path, study, flows.caching.library_fingerprint(), 1, lines.append) == []
+    assert lines == ["Cora_GCN_s0_i0_f0: backbone and 2 calibrator rows recomputed (results.csv)"]
+    (problem,) = verify.verify_benchmark(tmp_path, study, "0123456789abcdef", 1, lambda _: None)
+    assert problem.startswith(f"{tmp_path}: completion.json's benchmark key {key} is not fingerprint 0123456789abcdef's")
