@@ -150,10 +150,9 @@ def compare_rows(cpu: list[dict], gpu: list[dict], accuracy_preserving: dict[str
 
 def _quick_run():
     """(run, settings, calibrators) of the quick study's first benchmark's first run."""
-    from simcalib.experiment.plan import plan_study
-    from simcalib.experiment.study import load_study
+    from simcalib.experiment.plan import plan_one_benchmark
 
-    plan = plan_study(load_study(QUICK_STUDY)).benchmarks[0]
+    plan = plan_one_benchmark(QUICK_STUDY)
     return plan.runs[0], plan.settings, [(c.name, c.options_dict) for c in plan.calibrators]
 
 

@@ -25,11 +25,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 def plan_run(study_path: Path, dataset: str, backbone: str, device: str, calibrators: list[str] | None):
     """(run, settings, [(calibrator, options)]) of the benchmark's first run as the study resolves it."""
-    from simcalib.experiment.plan import plan_study
-    from simcalib.experiment.study import load_study
+    from simcalib.experiment.plan import plan_one_benchmark
 
-    overrides = {"benchmarks": {"datasets": [dataset], "backbones": [backbone]}, "device": device}
-    plan = plan_study(load_study(study_path, overrides)).benchmarks[0]
+    plan = plan_one_benchmark(study_path, dataset, backbone, overrides={"device": device})
     unknown = sorted(set(calibrators or ()) - set(plan.calibrator_names))
     if unknown:
         raise SystemExit(f"--calibrators: {', '.join(unknown)} not in {study_path.name}; "

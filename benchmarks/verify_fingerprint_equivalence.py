@@ -24,6 +24,7 @@ Uses $SIMCALIB_DATA_MIRROR and $SIMCALIB_SPLITS_DIR like the CLI.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -89,14 +90,10 @@ def verify_benchmark(folder: Path, study_path: Path, against: str, runs: int, re
         for tag in tags:
             m = RUN_TAG.match(tag)
             run = Run(m["dataset"], m["backbone"], int(m["split"]), int(m["init"]), int(m["fold"]))
-            current = flows.caching.library_fingerprint
-            flows.caching.library_fingerprint = lambda: against  # the keys that source gave these tasks
-            try:
+            with keys_of(against):  # the keys that source gave these tasks
                 pretrain = flows.caching.pretrain_key(run, plan.settings)
                 calibrations = {c.name: flows.caching.calibrate_key(run, plan.settings, c.name, c.options_dict)
                                 for c in plan.calibrators}
-            finally:
-                flows.caching.library_fingerprint = current
             if pretrain not in records:
                 problems.append(f"{tag}: no backbone record under fingerprint {against}'s key {pretrain}")
                 continue
@@ -116,13 +113,24 @@ def verify_benchmark(folder: Path, study_path: Path, against: str, runs: int, re
     return problems
 
 
+@contextlib.contextmanager
+def keys_of(fingerprint: str):
+    """Task keys computed inside the block use ``fingerprint`` as their code part instead of the library's."""
+    import flows.caching
+
+    current = flows.caching.library_fingerprint
+    flows.caching.library_fingerprint = lambda: fingerprint
+    try:
+        yield
+    finally:
+        flows.caching.library_fingerprint = current
+
+
 def benchmark_plan(study_path: Path, tag: str):
-    from simcalib.experiment.plan import plan_study
-    from simcalib.experiment.study import load_study
+    from simcalib.experiment.plan import plan_one_benchmark
 
     first = RUN_TAG.match(tag)
-    overrides = {"benchmarks": {"datasets": [first["dataset"]], "backbones": [first["backbone"]]}}
-    return plan_study(load_study(study_path, overrides)).benchmarks[0]
+    return plan_one_benchmark(study_path, first["dataset"], first["backbone"])
 
 
 def verify_complete_benchmark(folder: Path, study_path: Path, against: str, runs: int, report) -> list[str]:
@@ -137,12 +145,8 @@ def verify_complete_benchmark(folder: Path, study_path: Path, against: str, runs
     stats = {entry["run"]: entry for entry in completion["backbone_stats"]}
     tags = list(stats)[:runs]
     plan = benchmark_plan(study_path, tags[0])
-    current = flows.caching.library_fingerprint
-    flows.caching.library_fingerprint = lambda: against
-    try:
+    with keys_of(against):
         key = flows.caching.benchmark_key(list(plan.runs), plan.settings, plan.calibrator_options, set())
-    finally:
-        flows.caching.library_fingerprint = current
     if key != completion["benchmark_key"]:
         return [f"{folder}: completion.json's benchmark key {completion['benchmark_key']} is not fingerprint "
                 f"{against}'s ({key})"]

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from simcalib.errors import ConfigError
-from simcalib.experiment.plan import BenchmarkPlan, StudyPlan, plan_benchmark, plan_study
+from simcalib.experiment.plan import BenchmarkPlan, StudyPlan, plan_benchmark, plan_one_benchmark, plan_study
 from simcalib.experiment.protocol import ProtocolSettings, run_definition, run_split
-from simcalib.experiment.study import study_from_dict
+from simcalib.experiment.study import load_study, study_from_dict
 
 
 @pytest.fixture
@@ -94,3 +94,21 @@ def test_the_printed_plan_has_one_line_per_benchmark_and_per_definition(tmp_path
     assert [line.split()[0] for line in lines if line.startswith("    ") and "on " in line] == ["TS", "UnCal"]
     assert any("splits       Cora: split(s) 0,1 from the fixed GATS files" in line for line in lines)
     assert "2 benchmarks, 2 calibrators, 8 runs (4 per benchmark): 8 pretrain + 16 calibrate tasks" in lines[1]
+
+
+def test_one_benchmark_of_a_study_file_is_planned_as_the_study_plans_it(tmp_path, mirror_dir, splits_dir):
+    path = tmp_path / "p.yaml"
+    path.write_text(f"""name: p
+benchmarks: {{datasets: [Cora, Citeseer], backbones: [GCN, GAT]}}
+calibrators: {{TS: {{lr: 0.05}}, UnCal: null}}
+runs: {{splits: [0, 1], inits: 1, folds: [0, 2]}}
+output: {tmp_path / "out"}
+data: {{mirror: {mirror_dir}, splits_dir: {splits_dir}, root: {tmp_path / "data"}}}
+""")
+    whole = plan_study(load_study(path))
+    assert plan_one_benchmark(path) == whole.benchmarks[0]
+    citeseer_gat = plan_one_benchmark(path, "Citeseer", "GAT")
+    assert citeseer_gat == next(b for b in whole.benchmarks if b.name == "Citeseer-GAT")
+    on_cpu = plan_one_benchmark(path, "Citeseer", "GAT", overrides={"device": "cpu", "runs": {"splits": [1]}})
+    assert on_cpu.name == "Citeseer-GAT" and on_cpu.settings.device == "cpu"
+    assert {r.split for r in on_cpu.runs} == {1}

@@ -103,3 +103,16 @@ def test_a_complete_benchmark_is_checked_by_its_key_and_stored_rows(verify, reco
     assert lines == ["Cora_GCN_s0_i0_f0: backbone and 2 calibrator rows recomputed (results.csv)"]
     (problem,) = verify.verify_benchmark(tmp_path, study, "0123456789abcdef", 1, lambda _: None)
     assert problem.startswith(f"{tmp_path}: completion.json's benchmark key {key} is not fingerprint 0123456789abcdef's")
+
+
+def test_keys_of_another_fingerprint_are_used_inside_the_block_only(verify, recorded):
+    study, _, records = recorded
+    plan = plan_study(load_study(study)).benchmarks[0]
+    run, settings = plan.runs[0], plan.settings
+    ours = flows.caching.pretrain_key(run, settings)
+    with verify.keys_of("0123456789abcdef"):
+        other = flows.caching.pretrain_key(run, settings)
+    assert other != ours and flows.caching.pretrain_key(run, settings) == ours == records[0]["key"]
+    with pytest.raises(RuntimeError), verify.keys_of("0123456789abcdef"):
+        raise RuntimeError("a failing recomputation")
+    assert flows.caching.pretrain_key(run, settings) == ours  # restored after an error too

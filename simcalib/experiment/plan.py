@@ -53,7 +53,7 @@ from simcalib.experiment.splits import (
     split_source_label,
     split_sources,
 )
-from simcalib.experiment.study import Study, probe_external
+from simcalib.experiment.study import Study, load_study, probe_external
 
 PLAN_VERSION = 1  # bump when the meaning of a field changes
 
@@ -424,6 +424,22 @@ def plan_study(study: Study, data: bool = True) -> StudyPlan:
     return StudyPlan(name=study.name, source=study.source, seed=spec.seed, splits=tuple(study.splits),
                      inits=tuple(study.inits), folds=tuple(study.folds), label_rates=tuple(study.label_rates),
                      device=spec.device, output=study.output, execution=execution, benchmarks=tuple(benchmarks))
+
+
+def plan_one_benchmark(study_path: str | Path, dataset: str | None = None, backbone: str | None = None,
+                       overrides: dict | None = None) -> BenchmarkPlan:
+    """The plan of one benchmark of the study file at ``study_path``: ``dataset``/``backbone`` (the study's
+    first benchmark when not given) with the study's calibrators, options and settings; ``overrides`` as in
+    :func:`~simcalib.experiment.study.load_study`."""
+    overrides = dict(overrides or {})
+    if dataset is not None or backbone is not None:
+        benchmarks = dict(overrides.get("benchmarks") or {})
+        if dataset is not None:
+            benchmarks["datasets"] = [dataset]
+        if backbone is not None:
+            benchmarks["backbones"] = [backbone]
+        overrides["benchmarks"] = benchmarks
+    return plan_study(load_study(study_path, overrides or None)).benchmarks[0]
 
 
 def _ranges(values: Sequence[int]) -> str:
