@@ -22,28 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from cost_table import BenchmarkCost, read_cost_table  # same folder: run as a script
 
 FULL_RUNS = 75
-PROJECTION_LINE = re.compile(
-    r"^(?P<dataset>\S+) (?P<backbone>GCN|GAT)\s+\d+\s+\d+\s+[\d.]+\s+\d+\s+(?P<backbone_s>[\d.]+)\s+"
-    r"(?P<calib_s>[\d.]+)\s+[\d.]+\s+(?P<per_calibrator>\S+=.*)$")
 SHOWN = ("GETS", "GETS_holdout", "GETS_ap")  # the calibrators whose fits dominate a run's
-
-
-@dataclass
-class Projection:
-    backbone_s: float
-    calib_s: float
-    per_calibrator: dict[str, float]
-
-    @property
-    def run_s(self) -> float:
-        return self.backbone_s + self.calib_s
 
 
 @dataclass
@@ -59,20 +45,9 @@ class Measured:
         return sum(means) if means else math.nan
 
 
-def read_projection(path: Path) -> dict[str, Projection]:
-    """Projection per benchmark 'Dataset_Backbone' from a measured_study_cost.py table."""
-    out = {}
-    for line in path.read_text().splitlines():
-        match = PROJECTION_LINE.match(line)
-        if not match:
-            continue
-        per = {name: float(value) for name, value in
-               (item.split("=") for item in match["per_calibrator"].split())}
-        out[f"{match['dataset']}_{match['backbone']}"] = Projection(
-            float(match["backbone_s"]), float(match["calib_s"]), per)
-    if not out:
-        raise SystemExit(f"{path}: no benchmark line of measured_study_cost.py's table")
-    return out
+def read_projection(path: Path) -> dict[str, BenchmarkCost]:
+    """The projection per benchmark 'Dataset_Backbone' from a measured_study_cost.py table."""
+    return {f"{dataset}_{backbone}": cost for (dataset, backbone), cost in read_cost_table(path).items()}
 
 
 def _add_row(measured: Measured, row: dict, calibrators: set[str]) -> None:
@@ -107,7 +82,7 @@ def read_benchmark(folder: Path, calibrators: set[str]) -> Measured | None:
     return measured
 
 
-def remaining_seconds(measured: Measured | None, projection: Projection,
+def remaining_seconds(measured: Measured | None, projection: BenchmarkCost,
                       ratios: tuple[float, float] = (1.0, 1.0)) -> float:
     """Projected one-core seconds of what the benchmark lacks, backbone and fit rates scaled by ``ratios``."""
     if measured is not None and measured.state == "complete":

@@ -54,14 +54,13 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import torch
+from cost_table import read_cost_table  # same folder: run as a script
 
 RUN_KEYS = ["split", "init", "fold"]
 # a measurement line of bench_calibrators_across_runs.py: benchmark, calibrator, one-by-one s, together s, speed-up
 ACROSS_RUNS_LINE = re.compile(r"^(?P<dataset>\S+) (?P<backbone>\S+)\s+(?P<calibrator>\S+)\s+(?P<alone>[\d.]+)\s+"
                               r"(?P<together>[\d.]+)\s+[\d.]+x\s")
 # a benchmark line of an earlier output of this script: name, runs, backbones, s/epoch, epochs, backbone s, ...
-EARLIER_LINE = re.compile(r"^(?P<dataset>\S+) (?P<backbone>GCN|GAT)\s+\d+\s+\d+\*?\s+(?P<s_per_epoch>[\d.]+)\s+"
-                          r"(?P<epochs>\d+)\s+(?P<backbone_s>[\d.]+)\s")
 # gat_attention_speed.py: a dataset's header, its epoch line (pyg, csr medians in ms) and, with --gcn, its GCN line
 SPEED_DATASET = re.compile(r"^(?P<dataset>\S+) GAT: \d+ nodes")
 SPEED_EPOCH = re.compile(r"^\s+epoch \(both\)\s+(?P<pyg>[\d.]+) \[[^]]*\]\s+(?P<csr>[\d.]+) \[")
@@ -84,16 +83,8 @@ def read_across_runs(paths: list[Path]) -> dict[tuple[str, str, str], float]:
 
 def read_earlier(path: Path) -> dict[tuple[str, str], dict[str, float]]:
     """(dataset, backbone) -> mean epochs, seconds per epoch and backbone seconds of an earlier output."""
-    earlier = {}
-    for line in path.read_text().splitlines():
-        match = EARLIER_LINE.match(line)
-        if match:
-            earlier[match["dataset"], match["backbone"]] = {
-                "epochs": float(match["epochs"]), "s_per_epoch": float(match["s_per_epoch"]),
-                "seconds": float(match["backbone_s"])}
-    if not earlier:
-        sys.exit(f"no benchmark line of measured_study_cost.py in {path}")
-    return earlier
+    return {key: {"epochs": cost.epochs, "s_per_epoch": cost.s_per_epoch, "seconds": cost.backbone_s}
+            for key, cost in read_cost_table(path).items()}
 
 
 def read_epoch_times(paths: list[Path]) -> dict[tuple[str, str], float]:

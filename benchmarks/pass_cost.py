@@ -20,30 +20,20 @@ separate commands are listed under ``later_inits``, each with the same keys; eac
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 import yaml
+from cost_table import read_cost_table, read_total_hours  # same folder: run as a script
 
 FULL_RUNS = 75
-# a benchmark line of measured_study_cost.txt: name (two words), runs, ..., run s in the 8th numeric column
-PROJECTION_LINE = re.compile(r"^(?P<dataset>\S+) (?P<backbone>GCN|GAT)\s+(?P<numbers>[\d.\s]+?)\s+\d+/\d+\s")
-PROJECTION_TOTAL = re.compile(r"^the whole of .*?: (?P<hours>[\d.]+) CPU-hours")
 
 
 def read_projection(path: Path) -> tuple[dict[str, tuple[float, float]], float | None]:
     """((backbone s, calibrators s) per run of each benchmark 'Dataset_Backbone', whole-study CPU-hours) of a
     measured_study_cost.py output."""
-    per_run, total = {}, None
-    for line in path.read_text().splitlines():
-        match = PROJECTION_LINE.match(line)
-        if match:
-            numbers = [float(n) for n in match["numbers"].split()]
-            per_run[f"{match['dataset']}_{match['backbone']}"] = (numbers[4], numbers[5])  # backbone s, calib s
-        total_match = PROJECTION_TOTAL.match(line)
-        if total_match and total is None:
-            total = float(total_match["hours"])
-    return per_run, total
+    per_run = {f"{dataset}_{backbone}": (cost.backbone_s, cost.calib_s)
+               for (dataset, backbone), cost in read_cost_table(path).items()}
+    return per_run, read_total_hours(path)
 
 
 def main(argv: list[str] | None = None) -> None:
