@@ -20,8 +20,8 @@ identifier such as ``SimCalib_w0.5`` are not numbers) is matched, in order, by o
 - a mapping ``{column, from, where, within, scale, agg}``: ``where`` is merged over the claim's, a list value in
   ``where`` selects any of its values, ``within: {column: [low, high]}`` keeps the rows whose value in each
   named column lies in that closed range (a null bound is open; an empty value is in no range), ``scale`` multiplies the value (100 for a fraction quoted as a percent),
-  ``agg`` (``min``, ``max``, ``max_abs``, ``count``, ``mean``, ``median``, ``q1``, ``q3``) reduces several
-  selected rows (``count``: how many; the quartiles interpolate linearly between rows, as pandas does), and
+  ``agg`` (``min``, ``max``, ``max_abs``, ``count``, ``sum``, ``mean``, ``median``, ``q1``, ``q3``) reduces several
+  selected rows (``count``: how many; ``sum``: e.g. the runs of several benchmarks; the quartiles interpolate linearly between rows, as pandas does), and
   ``agg: each`` requires every selected row to round to the one quoted number ("2.08 on both");
 - ``null``: a number that is not read from a table (a count of benchmarks, a threshold); left unchecked.
 
@@ -57,6 +57,7 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 AGGREGATES = {"min": min, "max": max, "max_abs": lambda values: max(abs(v) for v in values), "count": len,
+              "sum": math.fsum,
               "mean": lambda values: math.fsum(values) / len(values), "median": lambda values: _quantile(values, 0.5),
               "q1": lambda values: _quantile(values, 0.25), "q3": lambda values: _quantile(values, 0.75)}
 CLAIM_KEYS = {"text", "from", "where", "numbers"}

@@ -118,6 +118,21 @@ def test_means_medians_and_quartiles_over_rows_are_checked_as_pandas_computes_th
         f"quotes {q1 + 0.01:.3f}, the table now has {q1:g}"]
 
 
+def test_a_sum_over_rows_is_checked(tmp_path):
+    claims = """\
+- text: "lower on 2 of 3."
+  from: pairs
+  numbers:
+    - {column: mean_diff, within: {mean_diff: [null, 0]}, agg: count}
+    - {column: pvalue_holm, where: {backbone: GAT}, agg: count}
+"""
+    holds = claims.replace("{column: pvalue_holm, where: {backbone: GAT}, agg: count}",
+                           "{column: wins, where: {backbone: GAT}, agg: sum, scale: 0.1}")  # 30 x 0.1
+    assert check_claims(write_claims(tmp_path, holds), root=tmp_path).stale == ()
+    (stale,) = check_claims(write_claims(tmp_path, holds.replace("backbone: GAT", "backbone: GCN")), root=tmp_path).stale
+    assert stale.problem == "quotes 3, the table now has 10.3"  # 63 + 40 wins on GCN, x 0.1
+
+
 def test_a_passage_reworded_in_the_document_is_reported_not_skipped(tmp_path):
     result = check_claims(write_claims(tmp_path, CLAIMS.replace("Holm p 5.9e-8", "Holm p = 5.9e-8")), root=tmp_path)
     assert len(result.stale) == 1 and "passage not found" in result.stale[0].problem
