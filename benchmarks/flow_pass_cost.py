@@ -11,7 +11,10 @@ Beside each: the projection's seconds per run (``measured_study_cost.py``'s tabl
 one core), the ratio, and the CPU-hours of the benchmark's 75 runs. What remains is projected per benchmark from
 what its folder lacks (a backbone per run not recorded, each calibrator's missing fits) at the projection's rates,
 and again at each measured benchmark's ratios (backbones, fits), which brackets it. Wall time is not in
-the files: the provenance records it from the pass's logs.
+the files: the provenance records it from the pass's logs. A stop of the pass (SIGSTOP for a measurement on
+idle cores) lands in the seconds of the tasks in flight; the provenance lists each under a ``stops`` key
+(``benchmark``, ``from``, ``to``, ``in_flight: ["s0 i1 f2 GETS", ...]``) and its length is taken off those
+fits (``--provenance``, by default the results folder's parent's ``provenance.yaml``).
 
     python benchmarks/flow_pass_cost.py reports/offline/results \\
         --projection reports/performance/measured_study_cost_newer_measured_scaled.txt
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,12 +54,51 @@ def read_projection(path: Path) -> dict[str, BenchmarkCost]:
     return {f"{dataset}_{backbone}": cost for (dataset, backbone), cost in read_cost_table(path).items()}
 
 
-def _add_row(measured: Measured, row: dict, calibrators: set[str]) -> None:
+def _add_row(measured: Measured, row: dict, calibrators: set[str], stopped: dict | None = None) -> None:
     if row.get("calibrator") in calibrators:
-        measured.fit_seconds.setdefault(row["calibrator"], []).append(float(row["fit_seconds"]))
+        seconds = float(row["fit_seconds"])
+        if stopped:
+            seconds -= stopped.get((int(row["split"]), int(row["init"]), int(row["fold"]), row["calibrator"]), 0.0)
+        measured.fit_seconds.setdefault(row["calibrator"], []).append(seconds)
 
 
-def read_benchmark(folder: Path, calibrators: set[str]) -> Measured | None:
+IN_FLIGHT = re.compile(r"^s(?P<split>\d+) i(?P<init>\d+) f(?P<fold>\d+) (?P<calibrator>\S+)$")
+
+
+def read_stops(provenance: Path) -> dict[str, dict[tuple[int, int, int, str], float]]:
+    """Benchmark 'Dataset_Backbone' -> {(split, init, fold, calibrator): seconds the pass stood still during that
+    fit}, from every ``stops`` list of a provenance file (none when the file is absent)."""
+    import yaml
+
+    if not provenance.is_file():
+        return {}
+    stops: dict[str, dict[tuple[int, int, int, str], float]] = {}
+
+    def visit(node) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "stops" and isinstance(value, list):
+                    for stop in value:
+                        seconds = (stop["to"] - stop["from"]).total_seconds()
+                        for task in stop["in_flight"]:
+                            m = IN_FLIGHT.match(task)
+                            if m is None:
+                                raise SystemExit(f"{provenance}: stop task {task!r} is not 's<split> i<init> "
+                                                 "f<fold> <calibrator>'")
+                            where = (int(m["split"]), int(m["init"]), int(m["fold"]), m["calibrator"])
+                            stops.setdefault(stop["benchmark"], {})[where] = seconds
+                else:
+                    visit(value)
+        elif isinstance(node, list):
+            for item in node:
+                visit(item)
+
+    visit(yaml.safe_load(provenance.read_text()))
+    return stops
+
+
+def read_benchmark(folder: Path, calibrators: set[str],
+                   stopped: dict[tuple[int, int, int, str], float] | None = None) -> Measured | None:
     """The measured seconds of one benchmark folder, or None when it holds neither a complete benchmark nor
     records of one under way."""
     from flows.study import FINISHED_TASKS, read_finished_tasks  # the flow's own reading of its records
@@ -66,7 +109,7 @@ def read_benchmark(folder: Path, calibrators: set[str]) -> Measured | None:
         stats = json.loads(completion.read_text())["backbone_stats"]
         measured.backbone_seconds = [float(s["train_seconds"]) for s in stats]
         for row in pd.read_csv(folder / "results.csv").to_dict("records"):
-            _add_row(measured, row, calibrators)
+            _add_row(measured, row, calibrators, stopped)
     elif (folder / FINISHED_TASKS).is_file():
         measured = Measured("under way")
         for key, result in read_finished_tasks(folder).items():
@@ -74,7 +117,7 @@ def read_benchmark(folder: Path, calibrators: set[str]) -> Measured | None:
                 measured.backbone_seconds.append(float(result["train_seconds"]))
             else:
                 for row in result if isinstance(result, list) else [result]:
-                    _add_row(measured, row, calibrators)
+                    _add_row(measured, row, calibrators, stopped)
     else:
         return None
     counts = [len(measured.fit_seconds.get(c, [])) for c in calibrators]
@@ -99,9 +142,13 @@ def main() -> None:
     parser.add_argument("results", type=Path, help="the study's results folder (one folder per benchmark)")
     parser.add_argument("--projection", type=Path,
                         default=Path("reports/performance/measured_study_cost_newer_measured_scaled.txt"))
+    parser.add_argument("--provenance", type=Path, help="the pass's provenance, for its stops (default: "
+                        "provenance.yaml beside the results folder)")
     args = parser.parse_args()
     projections = read_projection(args.projection)
-    measured = {name: read_benchmark(args.results / name, set(p.per_calibrator)) for name, p in projections.items()}
+    stops = read_stops(args.provenance or args.results.parent / "provenance.yaml")
+    measured = {name: read_benchmark(args.results / name, set(p.per_calibrator), stops.get(name))
+                for name, p in projections.items()}
 
     print(f"# python benchmarks/flow_pass_cost.py {args.results} --projection {args.projection}")
     print("benchmark        state      runs  backbone s/run (min-max)        fits s/run        CPU-h (75 runs)"
@@ -128,6 +175,9 @@ def main() -> None:
         if m.runs_complete:  # a benchmark just begun has partial runs: no ratio yet
             ratios[f"{label} ({m.state}, {m.runs_complete} runs)"] = (b / projection.backbone_s, f / projection.calib_s)
 
+    for name, stopped in stops.items():
+        print(f"{name.replace('_', ' ')}: {sum(stopped.values()):.0f} s of stops taken off {len(stopped)} fits "
+              "(the provenance's stops)")
     left = {name: remaining_seconds(measured[name], p) for name, p in projections.items()}
     print("\nremaining, projected from what each folder lacks (one core): "
           f"{sum(left.values()) / 3600:.1f} CPU-hours, {sum(left.values()) / 7200:.1f} h on 2 worker processes")

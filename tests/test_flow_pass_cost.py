@@ -83,3 +83,33 @@ def test_a_file_without_the_table_is_refused_by_name(tmp_path):
 def test_fits_per_run_under_way_sums_each_calibrators_mean_whatever_its_row_count():
     measured = flow_pass_cost.Measured("under way", fit_seconds={"TS": [1.0, 3.0], "GETS": [10.0]})
     assert measured.fits_per_run() == pytest.approx(12.0)  # 2 + 10, not (1 + 3 + 10) / 2
+
+
+PROVENANCE = """\
+flow_pass:
+  large_benchmarks:
+    stops:
+      - {benchmark: Photo_GCN, from: 2026-11-28T23:00:00Z, to: 2026-11-28T23:10:00Z, in_flight: [s0 i0 f1 GETS]}
+"""
+
+
+def test_a_stop_of_the_pass_is_taken_off_the_fits_in_flight(tmp_path, projection):
+    folder = tmp_path / "results" / "Photo_GCN"
+    write_rows(folder, 3, {"TS": 2.0, "GETS": 6.0, "WATS": 1.0})
+    rows = pd.read_csv(folder / "results.csv")
+    rows.loc[(rows.fold == 1) & (rows.calibrator == "GETS"), "fit_seconds"] += 600.0  # stopped 10 minutes
+    rows.to_csv(folder / "results.csv", index=False)
+    (folder / "completion.json").write_text(json.dumps({"backbone_stats": [{"train_seconds": 1.0}]}))
+    (tmp_path / "provenance.yaml").write_text(PROVENANCE)
+    stops = flow_pass_cost.read_stops(tmp_path / "provenance.yaml")
+    assert stops == {"Photo_GCN": {(0, 0, 1, "GETS"): 600.0}}
+    calibrators = set(projection["Photo_GCN"].per_calibrator)
+    assert flow_pass_cost.read_benchmark(folder, calibrators, stops["Photo_GCN"]).fit_seconds["GETS"] == [6.0] * 3
+    assert flow_pass_cost.read_benchmark(folder, calibrators).fit_seconds["GETS"] == [6.0, 606.0, 6.0]
+    assert flow_pass_cost.read_stops(tmp_path / "absent.yaml") == {}
+
+
+def test_a_stop_naming_a_task_it_cannot_read_is_refused(tmp_path):
+    (tmp_path / "provenance.yaml").write_text(PROVENANCE.replace("s0 i0 f1 GETS", "GETS s0"))
+    with pytest.raises(SystemExit, match="'GETS s0' is not"):
+        flow_pass_cost.read_stops(tmp_path / "provenance.yaml")
