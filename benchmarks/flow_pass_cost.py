@@ -137,6 +137,24 @@ def remaining_seconds(measured: Measured | None, projection: BenchmarkCost,
     return ratios[0] * backbone_left + ratios[1] * fit_left
 
 
+def benchmark_line(label: str, m: Measured, projection: BenchmarkCost) -> str:
+    """One benchmark's row: measured seconds per run against the projection. Before any run has every calibrator's
+    row the fits per run lack the calibrators not yet fitted (a GETS fit takes minutes, a TS fit milliseconds), so
+    only the backbones are set against the projection."""
+    b = sum(m.backbone_seconds) / len(m.backbone_seconds)
+    backbones = (f"{label:<16} {m.state:<10} {m.runs_complete:>4}  {b:6.1f} ({min(m.backbone_seconds):.0f}-"
+                 f"{max(m.backbone_seconds):.0f}) vs {projection.backbone_s:6.1f} {b / projection.backbone_s:4.2f}x  ")
+    if not m.runs_complete:
+        return backbones + f"no run has every calibrator yet: fits not measured ({len(m.backbone_seconds)} backbones)"
+    f = m.fits_per_run()
+    hours, projected = FULL_RUNS * (b + f) / 3600, FULL_RUNS * projection.run_s / 3600
+    shown = "  ".join(
+        f"{sum(m.fit_seconds.get(c, [math.nan])) / max(1, len(m.fit_seconds.get(c, []))):.1f} "
+        f"({projection.per_calibrator.get(c, math.nan):.1f})" for c in SHOWN)
+    return (backbones + f"{f:6.1f} vs {projection.calib_s:6.1f} {f / projection.calib_s:4.2f}x  "
+            f"{hours:5.1f} vs {projected:5.1f} {hours / projected:4.2f}x   {shown}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, help="the study's results folder (one folder per benchmark)")
@@ -161,17 +179,8 @@ def main() -> None:
             print(f"{label:<16} {'none':<10} {0:>4}  projected {projection.backbone_s:.1f} s backbone, "
                   f"{projection.calib_s:.1f} s fits, {FULL_RUNS * projection.run_s / 3600:.1f} CPU-hours")
             continue
-        b = sum(m.backbone_seconds) / len(m.backbone_seconds)
-        f = m.fits_per_run()
-        hours = FULL_RUNS * (b + f) / 3600
-        shown = "  ".join(
-            f"{sum(m.fit_seconds.get(c, [math.nan])) / max(1, len(m.fit_seconds.get(c, []))):.1f} "
-            f"({projection.per_calibrator.get(c, math.nan):.1f})" for c in SHOWN)
-        print(f"{label:<16} {m.state:<10} {m.runs_complete:>4}  "
-              f"{b:6.1f} ({min(m.backbone_seconds):.0f}-{max(m.backbone_seconds):.0f}) vs {projection.backbone_s:6.1f} "
-              f"{b / projection.backbone_s:4.2f}x  {f:6.1f} vs {projection.calib_s:6.1f} {f / projection.calib_s:4.2f}x  "
-              f"{hours:5.1f} vs {FULL_RUNS * projection.run_s / 3600:5.1f} {hours / (FULL_RUNS * projection.run_s / 3600):4.2f}x"
-              f"   {shown}")
+        print(benchmark_line(label, m, projection))
+        b, f = sum(m.backbone_seconds) / len(m.backbone_seconds), m.fits_per_run()
         if m.runs_complete:  # a benchmark just begun has partial runs: no ratio yet
             ratios[f"{label} ({m.state}, {m.runs_complete} runs)"] = (b / projection.backbone_s, f / projection.calib_s)
 

@@ -113,3 +113,14 @@ def test_a_stop_naming_a_task_it_cannot_read_is_refused(tmp_path):
     (tmp_path / "provenance.yaml").write_text(PROVENANCE.replace("s0 i0 f1 GETS", "GETS s0"))
     with pytest.raises(SystemExit, match="'GETS s0' is not"):
         flow_pass_cost.read_stops(tmp_path / "provenance.yaml")
+
+
+def test_a_benchmark_with_no_complete_run_sets_only_its_backbones_against_the_projection(projection):
+    begun = flow_pass_cost.Measured("under way", backbone_seconds=[20.0, 30.0], fit_seconds={"TS": [1.0]})
+    line = flow_pass_cost.benchmark_line("Photo GCN", begun, projection["Photo_GCN"])
+    assert "25.0 (20-30) vs   10.0 2.50x" in line  # backbones: measured against projected
+    assert "fits not measured (2 backbones)" in line and "0.20x" not in line  # TS alone is not the run's fits
+    begun.runs_complete = 1
+    begun.fit_seconds["GETS"] = [4.0]
+    line = flow_pass_cost.benchmark_line("Photo GCN", begun, projection["Photo_GCN"])
+    assert "5.0 vs    5.0 1.00x" in line and "not measured" not in line
