@@ -43,6 +43,10 @@ class Measured:
     fit_seconds: dict[str, list[float]] = field(default_factory=dict)  # calibrator -> one entry per row
     runs_complete: int = 0  # runs with every projected calibrator's row
 
+    def backbones_per_run(self) -> float:
+        """Mean training seconds of the backbones recorded (one backbone per run)."""
+        return sum(self.backbone_seconds) / len(self.backbone_seconds)
+
     def fits_per_run(self) -> float:
         """Sum of the calibrators' mean fit seconds: under way, calibrators have different row counts."""
         means = [sum(v) / len(v) for v in self.fit_seconds.values() if v]
@@ -141,7 +145,7 @@ def benchmark_line(label: str, m: Measured, projection: BenchmarkCost) -> str:
     """One benchmark's row: measured seconds per run against the projection. Before any run has every calibrator's
     row the fits per run lack the calibrators not yet fitted (a GETS fit takes minutes, a TS fit milliseconds), so
     only the backbones are set against the projection."""
-    b = sum(m.backbone_seconds) / len(m.backbone_seconds)
+    b = m.backbones_per_run()
     backbones = (f"{label:<16} {m.state:<10} {m.runs_complete:>4}  {b:6.1f} ({min(m.backbone_seconds):.0f}-"
                  f"{max(m.backbone_seconds):.0f}) vs {projection.backbone_s:6.1f} {b / projection.backbone_s:4.2f}x  ")
     if not m.runs_complete:
@@ -180,7 +184,7 @@ def main() -> None:
                   f"{projection.calib_s:.1f} s fits, {FULL_RUNS * projection.run_s / 3600:.1f} CPU-hours")
             continue
         print(benchmark_line(label, m, projection))
-        b, f = sum(m.backbone_seconds) / len(m.backbone_seconds), m.fits_per_run()
+        b, f = m.backbones_per_run(), m.fits_per_run()
         if m.runs_complete:  # a benchmark just begun has partial runs: no ratio yet
             ratios[f"{label} ({m.state}, {m.runs_complete} runs)"] = (b / projection.backbone_s, f / projection.calib_s)
 
