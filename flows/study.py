@@ -17,7 +17,9 @@ calibrations once its backbone is trained. ``pretrain`` and ``calibrate`` persis
 everything their numbers depend on (:mod:`flows.caching`), in ``<output>/task-results``: a study killed at any
 moment and started again reuses every finished task and ends with the same numbers. Each finished task's result
 is also appended to the benchmark's ``finished-tasks.jsonl`` (:class:`FinishedTasks`), small enough to keep with
-the rows, so a study resumes on a machine without the task cache or the backbones. A benchmark already
+the rows, so a study resumes on a machine without the task cache or the backbones; a run's rows share one
+backbone, so recorded rows whose ``backbone_digest`` is not this machine's (the same seed trains other weights
+on another CPU model) are computed again with the run's fits left. A benchmark already
 complete is not even submitted: ``aggregate`` writes ``completion.json`` beside its ``results.csv`` (the
 benchmark's key over all its task keys, the file's SHA-256, the backbone statistics), and a later run whose
 plan gives the same key takes the rows from the file (replaying thousands of cached tasks costs about 0.4 s
@@ -554,6 +556,7 @@ class _Scheduler:
         self.threads = study.execution.torch_threads
         self.limit = max(1, study.execution.workers or 1)  # training jobs in flight
         self.keys: dict[str, str] = {}  # benchmark -> its key (flows.caching.benchmark_key)
+        self.task_keys: dict[str, BenchmarkTaskKeys] = {}
         self.complete: dict[str, list[dict]] = {}  # benchmarks whose results.csv is this plan's output -> stats
         self.records: dict[str, FinishedTasks] = {}
         self.backbone_stats: dict[str, list[dict]] = {}
@@ -587,15 +590,23 @@ class _Scheduler:
         self.records[name] = FinishedTasks(plan.out_dir, read_finished_tasks(plan.out_dir))
         self.backbone_stats[name], self.rows[name] = [], []
         self.remaining[name] = len(plan.runs) * len(plan.calibrators)
-        keys = benchmark_task_keys(plan, together)
+        keys = self.task_keys[name] = benchmark_task_keys(plan, together)
         for split, runs in keys.split_runs.items():
             self.split_runs[(name, split)] = runs
             self.left_together[(name, split)] = {
                 c: key for c, key in keys.together[split].items() if not self._take(plan, runs, c, key)}
-        to_train = []
         for run in plan.runs:
             self.left[(name, run)] = {
                 c: key for c, key in keys.per_run[run].items() if not self._take(plan, [run], c, key)}
+        for run in plan.runs:  # records of two machines: every calibration of the run again, on this one's backbone
+            digests = self._backbone_digests(name, run)
+            if len(digests) > 1:
+                self.logger.warning("%s %s: its recorded rows were computed on %d backbones (backbone_digest %s; "
+                                    "records of two machines?): its calibrations run again on this machine's",
+                                    name, run.tag(), len(digests), ", ".join(sorted(digests)))
+                self._take_back(plan, run, self._calibrators_recorded(plan, run), planned=True)
+        to_train = []
+        for run in plan.runs:
             pretrain_id = keys.pretrain[run]
             record = self.records[name].recorded
             if not self.left[(name, run)] and not self.left_together[(name, run.split)] and pretrain_id in record:
@@ -635,6 +646,49 @@ class _Scheduler:
         index = plan.calibrator_names.index(calibrator)
         self.rows[plan.name].extend(((run.split, run.init, run.fold, index), row) for run, row in pairs)
         return pairs
+
+    def _run_rows(self, name: str, run: Run) -> list[tuple[tuple, dict]]:
+        return [(key, row) for key, row in self.rows[name] if key[:3] == (run.split, run.init, run.fold)]
+
+    def _backbone_digests(self, name: str, run: Run) -> set[str]:
+        return {row["backbone_digest"] for _, row in self._run_rows(name, run) if row.get("backbone_digest")}
+
+    def _calibrators_recorded(self, plan: BenchmarkPlan, run: Run, other_than: str | None = None) -> set[str]:
+        """The calibrators whose row of ``run`` came from the record (with a backbone digest other than
+        ``other_than``, when given)."""
+        indices = {key[3] for key, row in self._run_rows(plan.name, run)
+                   if other_than is None or row.get("backbone_digest") not in (None, other_than)}
+        left = set(self.left[(plan.name, run)]) | set(self.left_together.get((plan.name, run.split), {}))
+        return {plan.calibrator_names[index] for index in indices} - left
+
+    def _take_back(self, plan: BenchmarkPlan, run: Run, calibrators: set[str], planned: bool) -> None:
+        """Drop the recorded rows of ``calibrators`` on ``run`` (a calibrator fitted on the split's runs together:
+        on every run of the split) and put their tasks back among those left to run. ``planned``: before the
+        first submission (the run's calibrations are counted with the others then); else they are submitted
+        here, or with the split's other together-fitted calibrators once its backbones are trained."""
+        name, keys = plan.name, self.task_keys[plan.name]
+        for calibrator in sorted(calibrators, key=plan.calibrator_names.index):
+            together = keys.together.get(run.split, {})
+            runs = self.split_runs[(name, run.split)] if calibrator in together else [run]
+            key = together[calibrator] if calibrator in together else keys.per_run[run][calibrator]
+            index = plan.calibrator_names.index(calibrator)
+            dropped = {(r.split, r.init, r.fold, index) for r in runs}
+            kept = [(k, row) for k, row in self.rows[name] if k not in dropped]
+            self.remaining[name] += len(self.rows[name]) - len(kept)
+            self.rows[name] = kept
+            self.records[name].recorded.pop(key, None)  # its new result is recorded too (read back, the last wins)
+            self.recorded["calibrate"] -= 1
+            if calibrator in together:
+                self.left_together[(name, run.split)][calibrator] = key
+            else:
+                self.left[(name, run)][calibrator] = key
+            if planned:  # counted with the others once the benchmark is planned
+                continue
+            self.calibrations += 1
+            if calibrator not in together:
+                self._submit_calibrations(plan, run, {calibrator: key})
+            elif not self.split_untrained.get((name, run.split), 0):  # else with the split's others, once trained
+                self._submit_together(plan, run.split, {calibrator: key})
 
     def task_count(self) -> int:
         return sum(len(job.runs) for job in self.jobs) + self.calibrations
@@ -699,16 +753,11 @@ class _Scheduler:
 
     def _pretrain_done(self, future, job: _Job, run: Run, key: str) -> None:
         plan = job.plan
-        predictions = (str((plan.out_dir / "predictions").resolve())  # absolute: workers have their own cwd
-                       if self.study.execution.save_predictions else None)
         if self.pre_tally.add(future, f"pretrain {run.tag()}"):
             stats = future.result()
             self.backbone_stats[plan.name].append(stats)
             self.records[plan.name].add(key, stats)
-            for name, calibration_key in self.left[(plan.name, run)].items():
-                self._submit(self.tasks[1].submit(run, plan.settings, name, plan.calibrator_options[name], predictions,
-                                                  self.threads, wait_for=[future]),
-                             ("calibrate", plan, [run], name, calibration_key))
+            self._submit_calibrations(plan, run, self.left[(plan.name, run)], wait_for=[future])
         else:
             self.split_failed.add((plan.name, run.split))
             for name in self.left[(plan.name, run)]:
@@ -716,18 +765,36 @@ class _Scheduler:
         split = (plan.name, run.split)
         self.split_untrained[split] -= 1
         if self.split_untrained[split] == 0:
-            runs = self.split_runs[split]
-            for name, calibration_key in self.left_together[split].items():
-                if split in self.split_failed:
-                    self._not_run(plan, runs, name, f"a backbone of split {run.split} failed")
-                    continue
-                self._submit(self.tasks[2].with_options(task_run_name=f"calibrate-runs-{name}-{plan.name}-s{run.split}")
-                             .submit(runs, plan.settings, name, plan.calibrator_options[name], predictions, self.threads),
-                             ("calibrate", plan, runs, name, calibration_key))
+            if split in self.split_failed:
+                for name in self.left_together[split]:
+                    self._not_run(plan, self.split_runs[split], name, f"a backbone of split {run.split} failed")
+            else:
+                self._submit_together(plan, run.split, self.left_together[split])
         job.untrained -= 1
         if job.untrained == 0:
             self.in_flight -= 1
             self._start_jobs()
+
+    def _predictions(self, plan: BenchmarkPlan) -> str | None:
+        return (str((plan.out_dir / "predictions").resolve())  # absolute: workers have their own cwd
+                if self.study.execution.save_predictions else None)
+
+    def _submit_calibrations(self, plan: BenchmarkPlan, run: Run, calibrations: dict[str, str],
+                             wait_for: list | None = None) -> None:
+        """Submit ``calibrations`` (calibrator -> task key) of ``run``, each fitted on the run alone."""
+        for name, key in list(calibrations.items()):
+            self._submit(self.tasks[1].submit(run, plan.settings, name, plan.calibrator_options[name],
+                                              self._predictions(plan), self.threads, wait_for=wait_for),
+                         ("calibrate", plan, [run], name, key))
+
+    def _submit_together(self, plan: BenchmarkPlan, split: int, calibrations: dict[str, str]) -> None:
+        """Submit ``calibrations`` (calibrator -> task key) of ``split``, each fitted on its runs together."""
+        runs = self.split_runs[(plan.name, split)]
+        for name, key in list(calibrations.items()):
+            self._submit(self.tasks[2].with_options(task_run_name=f"calibrate-runs-{name}-{plan.name}-s{split}")
+                         .submit(runs, plan.settings, name, plan.calibrator_options[name], self._predictions(plan),
+                                 self.threads),
+                         ("calibrate", plan, runs, name, key))
 
     def _calibrate_done(self, future, plan: BenchmarkPlan, runs: list[Run], name: str, key: str) -> None:
         self.done += 1
@@ -736,13 +803,27 @@ class _Scheduler:
             finished_run()  # the fault hook ($SIMCALIB_FAULT_KILL_AFTER)
             result = future.result()
             self.records[plan.name].add(key, result)
-            for run, row in self._add_rows(plan, runs, name, result):
+            pairs = self._add_rows(plan, runs, name, result)
+            for run, row in pairs:
                 self.logger.info("[%d/%d] %s s%d i%d f%d %-10s ECE %6.2f%%  (%s)", self.done, self.calibrations,
                                  plan.name, run.split, run.init, run.fold, name, row["ece"],
                                  future.state.name.lower())
+            for run, row in pairs:
+                self._recompute_on_this_backbone(plan, run, row.get("backbone_digest"))
         else:
             self.logger.error("[%d/%d] %s", self.done, self.calibrations, self.cal_tally.failed[-1])
         self._count(plan, len(runs))
+
+    def _recompute_on_this_backbone(self, plan: BenchmarkPlan, run: Run, digest: str | None) -> None:
+        """A run's rows share one backbone. The same seed trains other weights on another CPU, so the rows a
+        record holds from another machine are computed again once a new row shows this machine's backbone."""
+        stale = self._calibrators_recorded(plan, run, other_than=digest) if digest else set()
+        if stale:
+            self.logger.warning("%s %s: the recorded rows of %s were computed on another backbone (backbone_digest "
+                                "%s, this machine's %s): computing them again on this one", plan.name, run.tag(),
+                                ", ".join(sorted(stale, key=plan.calibrator_names.index)),
+                                ", ".join(sorted(self._backbone_digests(plan.name, run) - {digest})), digest)
+            self._take_back(plan, run, stale, planned=False)
 
     def _not_run(self, plan: BenchmarkPlan, runs: list[Run], name: str, reason: str) -> None:
         self.done += 1

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 import flows.study
-from flows.study import FINISHED_TASKS, _Scheduler
+from flows.study import FINISHED_TASKS, _Scheduler, fitted_together
 from simcalib.experiment.plan import plan_study
 from simcalib.experiment.study import load_study
 
@@ -44,10 +44,11 @@ class FakeFuture:
 
 
 class FakeTask:
-    """Records each submission; refuses one whose ``wait_for`` has not finished (it would hold a resolver thread)."""
+    """Records each submission; refuses one whose ``wait_for`` has not finished (it would hold a resolver thread).
+    Its rows carry ``backbone``, the digest of the backbones of the machine it stands for."""
 
-    def __init__(self, kind: str, submitted: list[FakeFuture]):
-        self.kind, self.submitted = kind, submitted
+    def __init__(self, kind: str, submitted: list[FakeFuture], backbone: str = "machine-a"):
+        self.kind, self.submitted, self.backbone = kind, submitted, backbone
 
     def with_options(self, **_):
         return self
@@ -57,12 +58,16 @@ class FakeTask:
         run = args[0]
         if self.kind == "pretrain":
             future = FakeFuture("pretrain", run.tag(), {"run": run.tag(), "val_accuracy": 0.5})
+        elif isinstance(run, list):  # fitted on a split's runs together: one row per run
+            future = FakeFuture("calibrate", f"split s{run[0].split} {args[2]}", [self._row(r, args[2]) for r in run])
         else:
-            name = args[2]
-            row = {"calibrator": name, "split": run.split, "init": run.init, "fold": run.fold, "ece": 0.1 * run.fold}
-            future = FakeFuture("calibrate", f"{run.tag()} {name}", row)
+            future = FakeFuture("calibrate", f"{run.tag()} {args[2]}", self._row(run, args[2]))
         self.submitted.append(future)
         return future
+
+    def _row(self, run, calibrator: str) -> dict:
+        return {"calibrator": calibrator, "split": run.split, "init": run.init, "fold": run.fold, "ece": 0.1 * run.fold,
+                "backbone_digest": self.backbone}
 
 
 @pytest.fixture
@@ -80,10 +85,10 @@ def finished(monkeypatch):
     return written
 
 
-def _scheduler(plan) -> tuple[_Scheduler, list[FakeFuture]]:
+def _scheduler(plan, backbone: str = "machine-a") -> tuple[_Scheduler, list[FakeFuture]]:
     submitted: list[FakeFuture] = []
-    scheduler = _Scheduler(plan, logging.getLogger("test"), FakeTask("pretrain", submitted),
-                           FakeTask("calibrate", submitted), FakeTask("calibrate-runs", submitted))
+    scheduler = _Scheduler(plan, logging.getLogger("test"), FakeTask("pretrain", submitted, backbone),
+                           FakeTask("calibrate", submitted, backbone), FakeTask("calibrate-runs", submitted, backbone))
     for benchmark in plan.benchmarks:
         scheduler.plan_benchmark(benchmark)
     scheduler.start(tracker=None)
@@ -133,6 +138,70 @@ def test_a_scheduler_started_again_takes_the_recorded_tasks_and_trains_only_runs
     assert not record.exists()
 
 
+def _finish_all(scheduler: _Scheduler, submitted: list[FakeFuture]) -> None:
+    while any(not f.done for f in submitted):
+        _finish_oldest(scheduler, submitted)
+
+
+def test_rows_recorded_on_another_machines_backbone_are_computed_again_on_this_ones(tiny_plan, finished, caplog):
+    first, submitted = _scheduler(tiny_plan, backbone="machine-a")
+    for _ in range(4):  # f0's and f1's backbones, f0's UnCal and TS; then the machine is gone
+        _finish_oldest(first, submitted)
+
+    again, submitted = _scheduler(tiny_plan, backbone="machine-b")  # the same seed, other weights
+    assert again.recorded == {"pretrain": 0, "calibrate": 2}
+    with caplog.at_level(logging.WARNING):
+        _finish_all(again, submitted)
+    f0 = [f.what for f in submitted if f.what.startswith("Cora_GCN_s0_i0_f0 ")]
+    assert f0 == [f"Cora_GCN_s0_i0_f0 {c}" for c in ["VS", "ETS", "UnCal", "TS"]]
+    assert "UnCal, TS were computed on another backbone (backbone_digest machine-a" in caplog.text
+    (_, rows), = finished
+    assert [(r["fold"], r["calibrator"]) for r in rows] == [(fold, c) for fold in range(3) for c in CALIBRATORS]
+    assert {r["backbone_digest"] for r in rows} == {"machine-b"}
+
+
+def test_a_run_recorded_on_two_machines_backbones_is_computed_again_whole(tiny_plan, finished, caplog):
+    first, submitted = _scheduler(tiny_plan, backbone="machine-a")
+    for _ in range(6):  # f0's and f1's backbones, f0's four calibrations: f0 has nothing left
+        _finish_oldest(first, submitted)
+    record = tiny_plan.benchmarks[0].out_dir / FINISHED_TASKS
+    lines = record.read_text().splitlines()
+    lines[-1] = lines[-1].replace("machine-a", "machine-b")  # f0's last calibration recorded on another machine
+    record.write_text("\n".join(lines) + "\n")
+
+    with caplog.at_level(logging.WARNING):
+        again, submitted = _scheduler(tiny_plan, backbone="machine-a")
+    assert "Cora_GCN_s0_i0_f0: its recorded rows were computed on 2 backbones" in caplog.text
+    assert again.recorded == {"pretrain": 0, "calibrate": 0}
+    assert [f.what for f in submitted] == ["Cora_GCN_s0_i0_f0", "Cora_GCN_s0_i0_f1"]
+    _finish_all(again, submitted)
+    assert len(submitted) == 3 + 12
+    (_, rows), = finished
+    assert {r["backbone_digest"] for r in rows} == {"machine-a"}
+
+
+def test_a_splits_together_fitted_rows_of_another_machine_are_fitted_again_with_the_run_left(study_env, tmp_path,
+                                                                                               finished):
+    path = study_env.write("together", calibrators=CALIBRATORS, output=str(tmp_path / "out"),
+                           runs={"splits": 1, "inits": 1, "folds": 3, "batch_calibrators": True})
+    plan = plan_study(load_study(path), data=False)
+    first, submitted = _scheduler(plan, backbone="machine-a")
+    while not any(f.kind == "calibrate" and f.what.startswith("Cora_GCN_s0_i0_f2") for f in submitted):
+        _finish_oldest(first, submitted)  # every backbone trained; the split's together fits submitted
+    for future in [f for f in submitted if not f.done and not f.what.startswith("Cora_GCN_s0_i0_f2")]:
+        future.finish()  # all but f2's own fits finish: the machine is gone with those
+        first.handle(next(iter(first.completions)))
+
+    again, submitted = _scheduler(plan, backbone="machine-b")
+    assert [f.what for f in submitted] == ["Cora_GCN_s0_i0_f2"]  # the one run with a fit left
+    _finish_all(again, submitted)
+    together = fitted_together(plan, plan.benchmarks[0])
+    assert together and sorted(f.what for f in submitted if f.what.startswith("split")) == sorted(
+        f"split s0 {c}" for c in together)  # fitted again on this machine's backbones
+    (_, rows), = finished
+    assert len(rows) == 3 * len(CALIBRATORS) and {r["backbone_digest"] for r in rows} == {"machine-b"}
+
+
 def test_the_record_keeps_every_number_exactly_and_a_cut_last_line_is_not_a_record(tmp_path):
     from flows.study import FinishedTasks, read_finished_tasks
 
@@ -151,7 +220,7 @@ def test_the_record_keeps_every_number_exactly_and_a_cut_last_line_is_not_a_reco
 
 def test_progress_and_scheduler_take_the_same_records_when_a_splits_runs_are_fitted_together(study_env, tmp_path,
                                                                                                finished):
-    from flows.study import benchmark_progress, benchmark_task_keys, fitted_together
+    from flows.study import benchmark_progress, benchmark_task_keys
 
     path = study_env.write("together", calibrators=CALIBRATORS, output=str(tmp_path / "out"),
                            runs={"splits": 1, "inits": 1, "folds": 3, "batch_calibrators": True})
