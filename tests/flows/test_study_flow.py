@@ -441,3 +441,38 @@ def test_a_study_stopped_midway_resumes_from_its_finished_tasks_record_without_t
     results = pd.read_csv(out / "Cora_GCN" / "results.csv")
     pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))
     assert not record.exists() and (out / "Cora_GCN" / COMPLETION).is_file()
+
+
+def test_recorded_rows_of_another_machines_backbone_are_computed_again_on_this_ones(
+        reference, study_env, tmp_path, monkeypatch):
+    """The records came from a machine whose CPU trained the same seeds to other weights: their rows are not
+    mixed with this machine's in a run, they are computed again on the run's backbone here."""
+    import flows.study
+    from flows.study import FINISHED_TASKS, study_flow
+
+    path = study_env.write("elsewhere", runner={"workers": 1})
+    stops = iter(range(3))
+
+    def stop_at_the_third():  # the flow's process dies after 2 calibrations were recorded
+        if next(stops) == 2:
+            raise RuntimeError("stopped")
+
+    monkeypatch.setattr(flows.study, "finished_run", stop_at_the_third)
+    with pytest.raises(Exception, match="stopped"):
+        study_flow(str(path), {"data": {"cache_dir": str(tmp_path / "backbones-first")}})
+    monkeypatch.undo()
+    out = path.parent / "out"
+    record = out / "Cora_GCN" / FINISHED_TASKS
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    for line in lines:  # as another machine would have recorded them
+        if line["key"].startswith("calibrate-"):
+            line["result"].update(backbone_digest="another-machine", ece=99.0)
+    record.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    shutil.rmtree(out / "task-results")
+
+    result = study_flow(str(path), {"data": {"cache_dir": str(tmp_path / "backbones-second")}})
+
+    assert result["tasks"]["calibrate"] == {"computed": 12, "cached": 0, "failed": 0}
+    results = pd.read_csv(out / "Cora_GCN" / "results.csv")
+    assert "another-machine" not in set(results["backbone_digest"])
+    pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))
