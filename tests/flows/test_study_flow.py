@@ -403,32 +403,40 @@ def test_aggregate_keeps_the_rows_of_calibrators_the_study_does_not_run(referenc
     assert len(pd.read_csv(folder / "results.csv")) == 12
 
 
+def _stop_after_recording(path: Path, calibrations: int, cache_dir: Path, monkeypatch) -> Path:
+    """Run the study at ``path`` until its flow's process dies after ``calibrations`` recorded calibrations;
+    returns the study's output folder, with the task cache deleted (the machine is gone)."""
+    import flows.study
+    from flows.study import study_flow
+
+    finished = iter(range(calibrations + 1))
+
+    def stop_after_them():
+        if next(finished) == calibrations:
+            raise RuntimeError("stopped")
+
+    monkeypatch.setattr(flows.study, "finished_run", stop_after_them)
+    with pytest.raises(Exception, match="stopped"):
+        study_flow(str(path), {"data": {"cache_dir": str(cache_dir)}})
+    monkeypatch.undo()
+    out = path.parent / "out"
+    shutil.rmtree(out / "task-results")
+    return out
+
+
 def test_a_study_stopped_midway_resumes_from_its_finished_tasks_record_without_task_or_backbone_cache(
         reference, study_env, tmp_path, monkeypatch):
     """The machine is gone: only the benchmark's folder is left (finished-tasks.jsonl beside results.csv). The
     recorded tasks are not run again, only the backbones of runs with calibrations left are trained, and
     the rows equal the uninterrupted study's."""
-    import flows.study
     from flows.study import COMPLETION, FINISHED_TASKS, study_flow
 
     path = study_env.write("recorded", runner={"workers": 1})
-    stops = iter(range(5))
-
-    def stop_at_the_fifth():  # the flow's process dies after 4 calibrations were recorded
-        if next(stops) == 4:
-            raise RuntimeError("stopped")
-
-    monkeypatch.setattr(flows.study, "finished_run", stop_at_the_fifth)
-    first_cache = {"data": {"cache_dir": str(tmp_path / "backbones-first")}}
-    with pytest.raises(Exception, match="stopped"):
-        study_flow(str(path), first_cache)
-    monkeypatch.undo()
-    out = path.parent / "out"
+    out = _stop_after_recording(path, 4, tmp_path / "backbones-first", monkeypatch)
     record = out / "Cora_GCN" / FINISHED_TASKS
     recorded = [json.loads(line) for line in record.read_text().splitlines()]
     done = [(r["result"]["fold"], r["result"]["calibrator"]) for r in recorded if r["key"].startswith("calibrate-")]
     assert len(done) == 4
-    shutil.rmtree(out / "task-results")
 
     cache = tmp_path / "backbones-second"  # empty: every backbone needed is trained again
     result = study_flow(str(path), {"data": {"cache_dir": str(cache)}})
@@ -447,28 +455,16 @@ def test_recorded_rows_of_another_machines_backbone_are_computed_again_on_this_o
         reference, study_env, tmp_path, monkeypatch):
     """The records came from a machine whose CPU trained the same seeds to other weights: their rows are not
     mixed with this machine's in a run, they are computed again on the run's backbone here."""
-    import flows.study
     from flows.study import FINISHED_TASKS, study_flow
 
     path = study_env.write("elsewhere", runner={"workers": 1})
-    stops = iter(range(3))
-
-    def stop_at_the_third():  # the flow's process dies after 2 calibrations were recorded
-        if next(stops) == 2:
-            raise RuntimeError("stopped")
-
-    monkeypatch.setattr(flows.study, "finished_run", stop_at_the_third)
-    with pytest.raises(Exception, match="stopped"):
-        study_flow(str(path), {"data": {"cache_dir": str(tmp_path / "backbones-first")}})
-    monkeypatch.undo()
-    out = path.parent / "out"
+    out = _stop_after_recording(path, 2, tmp_path / "backbones-first", monkeypatch)
     record = out / "Cora_GCN" / FINISHED_TASKS
     lines = [json.loads(line) for line in record.read_text().splitlines()]
     for line in lines:  # as another machine would have recorded them
         if line["key"].startswith("calibrate-"):
             line["result"].update(backbone_digest="another-machine", ece=99.0)
     record.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    shutil.rmtree(out / "task-results")
 
     result = study_flow(str(path), {"data": {"cache_dir": str(tmp_path / "backbones-second")}})
 
