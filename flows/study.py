@@ -36,11 +36,13 @@ process after its N-th finished calibrate task (for fault-injection tests).
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import queue
 import threading
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -315,10 +317,14 @@ class BenchmarkProgress:
     records_elsewhere: int  # records whose key this plan does not have (other code, settings or options)
     results_rows: int  # rows of results.csv (0: none)
     cost: TaskCost | None = None  # task seconds of the records, and what the rest takes at their rates
+    mixed_runs: tuple[str, ...] = ()  # runs whose rows (results.csv when complete, else the records) span backbones
 
     def line(self) -> str:
+        mixed = (f"{len(self.mixed_runs)} run{'s' if len(self.mixed_runs) != 1 else ''} with rows on more than one "
+                 f"backbone ({', '.join(self.mixed_runs)}; backbone_digest)")
         if self.complete:
-            return f"{self.name}: complete ({self.runs} runs; results.csv is this plan's output, completion.json)"
+            line = f"{self.name}: complete ({self.runs} runs; results.csv is this plan's output, completion.json)"
+            return f"{line}; {mixed}: the paired tests leave out its pairs across backbones" if self.mixed_runs else line
         if self.calibrations_recorded or self.backbones_recorded:
             parts = [f"{self.name}: {self.runs_recorded} of {self.runs} runs with every calibrator recorded; "
                      f"calibrations {self.calibrations_recorded} of {self.calibrations}, backbones "
@@ -333,7 +339,19 @@ class BenchmarkProgress:
         if self.results_rows:
             parts.append(f"results.csv ({self.results_rows} rows) is not this plan's complete output: its rows of "
                          f"the study's calibrators are replaced when the benchmark completes")
+        if self.mixed_runs:
+            parts.append(f"{mixed} recorded: computed again on this machine's backbone")
         return "; ".join(parts)
+
+
+def runs_on_several_backbones(rows: Iterable[dict]) -> tuple[str, ...]:
+    """``s<split> i<init> f<fold>`` of each run whose ``rows`` carry more than one ``backbone_digest``."""
+    digests: dict[tuple, set[str]] = {}
+    for row in rows:
+        if row.get("backbone_digest"):
+            run = (int(row["split"]), int(row["init"]), int(row["fold"]))
+            digests.setdefault(run, set()).add(row["backbone_digest"])
+    return tuple(f"s{s} i{i} f{f}" for (s, i, f), found in sorted(digests.items()) if len(found) > 1)
 
 
 def benchmark_progress(study: StudyPlan) -> list[BenchmarkProgress]:
@@ -348,8 +366,10 @@ def benchmark_progress(study: StudyPlan) -> list[BenchmarkProgress]:
         rows = sum(1 for _ in results.open()) - 1 if results.is_file() else 0
         key = benchmark_key(plan.runs, settings, options, together)
         if completed_benchmark(plan.out_dir, key) is not None:
+            with results.open(newline="") as fh:
+                mixed = runs_on_several_backbones(csv.DictReader(fh))
             progress.append(BenchmarkProgress(plan.name, len(plan.runs), calibrations, True, len(plan.runs),
-                                              calibrations, len(plan.runs), 0, rows))
+                                              calibrations, len(plan.runs), 0, rows, mixed_runs=mixed))
             continue
         recorded = read_finished_tasks(plan.out_dir)
         keys = benchmark_task_keys(plan, together)
@@ -363,8 +383,15 @@ def benchmark_progress(study: StudyPlan) -> list[BenchmarkProgress]:
             plan.name, len(plan.runs), calibrations, False,
             sum(1 for run in plan.runs if done_per_run[run] == len(options)),
             sum(done_per_run.values()), sum(k in recorded for k in keys.pretrain.values()),
-            len(set(recorded) - keys.all()), rows, task_cost(keys, recorded)))
+            len(set(recorded) - keys.all()), rows, task_cost(keys, recorded),
+            runs_on_several_backbones(row for key in keys.all() - set(keys.pretrain.values()) if key in recorded
+                                      for row in _as_rows(recorded[key]))))
     return progress
+
+
+def _as_rows(result) -> list[dict]:
+    """A calibrate task's result as rows (one per run when fitted on a split's runs together)."""
+    return [row for row in (result if isinstance(result, list) else [result]) if isinstance(row, dict)]
 
 
 class FinishedTasks:

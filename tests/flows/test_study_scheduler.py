@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 import flows.study
-from flows.study import FINISHED_TASKS, _Scheduler, fitted_together
+from flows.study import FINISHED_TASKS, _Scheduler, benchmark_progress, fitted_together
 from simcalib.experiment.plan import plan_study
 from simcalib.experiment.study import load_study
 
@@ -168,6 +168,10 @@ def test_a_run_recorded_on_two_machines_backbones_is_computed_again_whole(tiny_p
     lines = record.read_text().splitlines()
     lines[-1] = lines[-1].replace("machine-a", "machine-b")  # f0's last calibration recorded on another machine
     record.write_text("\n".join(lines) + "\n")
+    (progress,) = benchmark_progress(tiny_plan)
+    assert progress.mixed_runs == ("s0 i0 f0",)
+    assert "1 run with rows on more than one backbone (s0 i0 f0; backbone_digest) recorded: computed again" in (
+        progress.line())
 
     with caplog.at_level(logging.WARNING):
         again, submitted = _scheduler(tiny_plan, backbone="machine-a")
@@ -220,7 +224,7 @@ def test_the_record_keeps_every_number_exactly_and_a_cut_last_line_is_not_a_reco
 
 def test_progress_and_scheduler_take_the_same_records_when_a_splits_runs_are_fitted_together(study_env, tmp_path,
                                                                                                finished):
-    from flows.study import benchmark_progress, benchmark_task_keys
+    from flows.study import benchmark_task_keys
 
     path = study_env.write("together", calibrators=CALIBRATORS, output=str(tmp_path / "out"),
                            runs={"splits": 1, "inits": 1, "folds": 3, "batch_calibrators": True})
@@ -255,7 +259,7 @@ def test_progress_and_scheduler_take_the_same_records_when_a_splits_runs_are_fit
 
 def test_progress_counts_what_the_record_holds_by_the_plans_own_task_keys(tiny_plan, finished):
     from flows.caching import benchmark_key
-    from flows.study import benchmark_progress, fitted_together, record_completion
+    from flows.study import record_completion
 
     benchmark = tiny_plan.benchmarks[0]
     (before,) = benchmark_progress(tiny_plan)
@@ -276,9 +280,16 @@ def test_progress_counts_what_the_record_holds_by_the_plans_own_task_keys(tiny_p
     (benchmark.out_dir / "results.csv").write_text("calibrator\nTS\n")
     record_completion(benchmark.out_dir, "a-key-of-other-code", [])
     assert not benchmark_progress(tiny_plan)[0].complete  # another plan's rows
-    record_completion(benchmark.out_dir, benchmark_key(benchmark.runs, benchmark.settings,
-                                                       benchmark.calibrator_options,
-                                                       fitted_together(tiny_plan, benchmark)), [])
+    key = benchmark_key(benchmark.runs, benchmark.settings, benchmark.calibrator_options,
+                        fitted_together(tiny_plan, benchmark))
+    record_completion(benchmark.out_dir, key, [])
     (done,) = benchmark_progress(tiny_plan)
     assert done.complete and done.line() == ("Cora-GCN: complete (3 runs; results.csv is this plan's output, "
                                               "completion.json)")
+    (benchmark.out_dir / "results.csv").write_text(
+        "calibrator,split,init,fold,backbone_digest\nUnCal,0,0,1,a\nTS,0,0,1,b\nUnCal,0,0,2,a\nTS,0,0,2,a\n")
+    record_completion(benchmark.out_dir, key, [])
+    (mixed,) = benchmark_progress(tiny_plan)
+    assert mixed.complete and mixed.mixed_runs == ("s0 i0 f1",)
+    assert mixed.line().endswith("1 run with rows on more than one backbone (s0 i0 f1; backbone_digest): the paired "
+                                 "tests leave out its pairs across backbones")
