@@ -1,6 +1,6 @@
 """Do two results files agree on the runs both hold? Per calibrator: every numeric column's largest difference.
 
-usage: python benchmarks/compare_rows.py NEW OLD [--ignore fit_seconds,seed]
+usage: python benchmarks/compare_rows.py NEW OLD [--ignore fit_seconds,seed] [--splits 2,3,4] [--means ece,accuracy]
 
 NEW and OLD are results.csv files; OLD may also be ``git:REV:PATH`` (the file as committed at REV, e.g.
 ``git:HEAD:reports/offline/results/Computers_GCN/results.csv``), so a benchmark the study flow has just rewritten
@@ -9,7 +9,10 @@ counts of each file, then per calibrator the rows paired and each numeric column
 absolute difference, rows differing; a value on one side and NaN on the other counts as differing), then the
 mismatches of the digest columns (backbone, split, data, calibrator) and seeds where both files have them. Columns
 only one file has are listed, not compared. This is the check each ``flow_pass`` benchmark entry of
-``reports/offline/provenance.yaml`` states.
+``reports/offline/provenance.yaml`` states. ``--splits`` keeps the runs of those splits only; ``--means`` prints,
+per calibrator, each column's mean over the paired rows in both files and the difference, also in units of the
+old rows' standard deviation over runs: how far the rows' differences (another machine's backbones, say) move
+the numbers a benchmark reports.
 """
 
 from __future__ import annotations
@@ -68,13 +71,33 @@ def compare(new: pd.DataFrame, old: pd.DataFrame, ignore: set[str]) -> dict:
             "only_old": sorted(set(old.columns) - set(new.columns))}
 
 
+def means(new: pd.DataFrame, old: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """Per calibrator and column: the mean over the paired rows in each file, the difference, and the difference
+    over the old rows' standard deviation."""
+    paired = new.merge(old, on=KEY, suffixes=("_new", "_old"))
+    table = []
+    for name, group in paired.groupby("calibrator", sort=True):
+        for column in columns:
+            a, b = group[f"{column}_new"].astype(float), group[f"{column}_old"].astype(float)
+            spread = b.std()
+            table.append({"calibrator": name, "column": column, "rows": len(group), "new": a.mean(), "old": b.mean(),
+                          "diff": a.mean() - b.mean(),
+                          "diff_over_std": (a.mean() - b.mean()) / spread if spread > 0 else float("nan")})
+    return pd.DataFrame(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("new")
     parser.add_argument("old", help="a results.csv, or git:REV:PATH")
     parser.add_argument("--ignore", default="fit_seconds", help="columns not compared (default: fit_seconds)")
+    parser.add_argument("--splits", help="compare the runs of these splits only (e.g. 2,3,4)")
+    parser.add_argument("--means", help="columns whose means over the paired rows are printed (e.g. ece,accuracy)")
     args = parser.parse_args(argv)
     new, old = read_rows(args.new), read_rows(args.old)
+    if args.splits:
+        splits = [int(s) for s in args.splits.split(",")]
+        new, old = new[new["split"].isin(splits)], old[old["split"].isin(splits)]
     for label, frame in (("new", new), ("old", old)):
         print(f"{label}: {len(frame)} rows, {frame.groupby(RUN).ngroups} runs, {frame['calibrator'].nunique()} "
               f"calibrators")
@@ -88,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     for label in ("only_new", "only_old"):
         if result[label]:
             print(f"columns {label.replace('_', ' in ')}: {', '.join(result[label])}")
+    if args.means:
+        print("means over the paired rows (diff_over_std: the difference over the old rows' std over runs)")
+        print(means(new, old, args.means.split(",")).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0
 
 

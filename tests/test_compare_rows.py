@@ -38,3 +38,11 @@ def test_only_shared_runs_are_paired_and_one_sided_columns_are_listed():
     old = rows().iloc[:2].drop(columns=["nll"])
     result = compare_rows.compare(rows(), old, {"fit_seconds"})
     assert result["runs"] == 1 and result["only_new"] == ["nll"] and result["only_old"] == []
+
+
+def test_means_give_each_calibrators_shift_in_units_of_the_old_rows_spread():
+    new = rows(ece=[1.5, 2.0, 3.5, 4.0])  # TS half a point higher on both runs, ETS equal
+    table = compare_rows.means(new, rows(), ["ece"]).set_index("calibrator")
+    assert table.loc["TS", "diff"] == 0.5 and table.loc["ETS", "diff"] == 0.0
+    assert table.loc["TS", "diff_over_std"] == 0.5 / pd.Series([1.0, 3.0]).std()
+    assert table.loc["TS", "new"] == 2.5 and table.loc["TS", "old"] == 2.0
