@@ -278,10 +278,14 @@ class TaskCost:
         return text
 
 
+def _as_rows(result) -> list[dict]:
+    """A recorded result as rows (a row, or one row per run for a split fitted together)."""
+    return [row for row in (result if isinstance(result, list) else [result]) if isinstance(row, dict)]
+
+
 def _seconds(result, field: str) -> list[float]:
-    """``field`` of a recorded result (a row, or one row per run for a split fitted together)."""
-    rows = result if isinstance(result, list) else [result]
-    return [float(row[field]) for row in rows if isinstance(row, dict) and isinstance(row.get(field), (int, float))]
+    """``field`` of a recorded result."""
+    return [float(row[field]) for row in _as_rows(result) if isinstance(row.get(field), (int, float))]
 
 
 def task_cost(keys: BenchmarkTaskKeys, recorded: dict[str, object]) -> TaskCost | None:
@@ -344,14 +348,18 @@ class BenchmarkProgress:
         return "; ".join(parts)
 
 
-def runs_on_several_backbones(rows: Iterable[dict]) -> tuple[str, ...]:
-    """``s<split> i<init> f<fold>`` of each run whose ``rows`` carry more than one ``backbone_digest``."""
-    digests: dict[tuple, set[str]] = {}
+def runs_on_several_backbones(rows: Iterable[dict]) -> dict[tuple[int, int, int], set[str]]:
+    """(split, init, fold) -> the backbone digests of each run whose ``rows`` carry more than one."""
+    digests: dict[tuple[int, int, int], set[str]] = {}
     for row in rows:
         if row.get("backbone_digest"):
             run = (int(row["split"]), int(row["init"]), int(row["fold"]))
             digests.setdefault(run, set()).add(row["backbone_digest"])
-    return tuple(f"s{s} i{i} f{f}" for (s, i, f), found in sorted(digests.items()) if len(found) > 1)
+    return {run: found for run, found in sorted(digests.items()) if len(found) > 1}
+
+
+def _run_labels(runs: Iterable[tuple[int, int, int]]) -> tuple[str, ...]:
+    return tuple(f"s{split} i{init} f{fold}" for split, init, fold in runs)
 
 
 def benchmark_progress(study: StudyPlan) -> list[BenchmarkProgress]:
@@ -367,7 +375,7 @@ def benchmark_progress(study: StudyPlan) -> list[BenchmarkProgress]:
         key = benchmark_key(plan.runs, settings, options, together)
         if completed_benchmark(plan.out_dir, key) is not None:
             with results.open(newline="") as fh:
-                mixed = runs_on_several_backbones(csv.DictReader(fh))
+                mixed = _run_labels(runs_on_several_backbones(csv.DictReader(fh)))
             progress.append(BenchmarkProgress(plan.name, len(plan.runs), calibrations, True, len(plan.runs),
                                               calibrations, len(plan.runs), 0, rows, mixed_runs=mixed))
             continue
@@ -384,14 +392,9 @@ def benchmark_progress(study: StudyPlan) -> list[BenchmarkProgress]:
             sum(1 for run in plan.runs if done_per_run[run] == len(options)),
             sum(done_per_run.values()), sum(k in recorded for k in keys.pretrain.values()),
             len(set(recorded) - keys.all()), rows, task_cost(keys, recorded),
-            runs_on_several_backbones(row for key in keys.all() - set(keys.pretrain.values()) if key in recorded
-                                      for row in _as_rows(recorded[key]))))
+            _run_labels(runs_on_several_backbones(row for key in keys.all() - set(keys.pretrain.values())
+                                                  if key in recorded for row in _as_rows(recorded[key])))))
     return progress
-
-
-def _as_rows(result) -> list[dict]:
-    """A calibrate task's result as rows (one per run when fitted on a split's runs together)."""
-    return [row for row in (result if isinstance(result, list) else [result]) if isinstance(row, dict)]
 
 
 class FinishedTasks:
@@ -625,9 +628,10 @@ class _Scheduler:
         for run in plan.runs:
             self.left[(name, run)] = {
                 c: key for c, key in keys.per_run[run].items() if not self._take(plan, [run], c, key)}
+        mixed = runs_on_several_backbones(row for _, row in self.rows[name])
         for run in plan.runs:  # records of two machines: every calibration of the run again, on this one's backbone
-            digests = self._backbone_digests(name, run)
-            if len(digests) > 1:
+            digests = mixed.get((run.split, run.init, run.fold))
+            if digests:
                 self.logger.warning("%s %s: its recorded rows were computed on %d backbones (backbone_digest %s; "
                                     "records of two machines?): its calibrations run again on this machine's",
                                     name, run.tag(), len(digests), ", ".join(sorted(digests)))
@@ -676,9 +680,6 @@ class _Scheduler:
 
     def _run_rows(self, name: str, run: Run) -> list[tuple[tuple, dict]]:
         return [(key, row) for key, row in self.rows[name] if key[:3] == (run.split, run.init, run.fold)]
-
-    def _backbone_digests(self, name: str, run: Run) -> set[str]:
-        return {row["backbone_digest"] for _, row in self._run_rows(name, run) if row.get("backbone_digest")}
 
     def _calibrators_recorded(self, plan: BenchmarkPlan, run: Run, other_than: str | None = None) -> set[str]:
         """The calibrators whose row of ``run`` came from the record (with a backbone digest other than
@@ -809,7 +810,7 @@ class _Scheduler:
     def _submit_calibrations(self, plan: BenchmarkPlan, run: Run, calibrations: dict[str, str],
                              wait_for: list | None = None) -> None:
         """Submit ``calibrations`` (calibrator -> task key) of ``run``, each fitted on the run alone."""
-        for name, key in list(calibrations.items()):
+        for name, key in calibrations.items():
             self._submit(self.tasks[1].submit(run, plan.settings, name, plan.calibrator_options[name],
                                               self._predictions(plan), self.threads, wait_for=wait_for),
                          ("calibrate", plan, [run], name, key))
@@ -817,7 +818,7 @@ class _Scheduler:
     def _submit_together(self, plan: BenchmarkPlan, split: int, calibrations: dict[str, str]) -> None:
         """Submit ``calibrations`` (calibrator -> task key) of ``split``, each fitted on its runs together."""
         runs = self.split_runs[(plan.name, split)]
-        for name, key in list(calibrations.items()):
+        for name, key in calibrations.items():
             self._submit(self.tasks[2].with_options(task_run_name=f"calibrate-runs-{name}-{plan.name}-s{split}")
                          .submit(runs, plan.settings, name, plan.calibrator_options[name], self._predictions(plan),
                                  self.threads),
@@ -846,10 +847,12 @@ class _Scheduler:
         record holds from another machine are computed again once a new row shows this machine's backbone."""
         stale = self._calibrators_recorded(plan, run, other_than=digest) if digest else set()
         if stale:
+            others = {row["backbone_digest"] for _, row in self._run_rows(plan.name, run)
+                      if row.get("backbone_digest") not in (None, digest)}
             self.logger.warning("%s %s: the recorded rows of %s were computed on another backbone (backbone_digest "
                                 "%s, this machine's %s): computing them again on this one", plan.name, run.tag(),
                                 ", ".join(sorted(stale, key=plan.calibrator_names.index)),
-                                ", ".join(sorted(self._backbone_digests(plan.name, run) - {digest})), digest)
+                                ", ".join(sorted(others)), digest)
             self._take_back(plan, run, stale, planned=False)
 
     def _not_run(self, plan: BenchmarkPlan, runs: list[Run], name: str, reason: str) -> None:
