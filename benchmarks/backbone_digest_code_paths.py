@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
+
+from gat_attention_speed import cpu_model  # same folder: run as a script
 
 SETTINGS = [
     {},  # each library's own choice for this CPU
@@ -41,14 +42,6 @@ for benchmark in plan.benchmarks:
         digests.append(f"{benchmark.name} {backbone_digest(train_run_backbone(run, settings))}")
 print(torch.backends.cpu.get_cpu_capability(), *digests)
 """
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
 
 
 def main() -> int:

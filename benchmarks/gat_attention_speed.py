@@ -43,7 +43,7 @@ def _load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
         return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
@@ -195,7 +195,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
     print(f"# python benchmarks/gat_attention_speed.py {shlex.join(sys.argv[1:])}")
-    print(f"# {_cpu_model()}, {os.cpu_count()} cores; torch {torch.__version__}, {args.threads} torch thread(s); "
+    print(f"# {cpu_model()}, {os.cpu_count()} cores; torch {torch.__version__}, {args.threads} torch thread(s); "
           f"{time.strftime('%Y-%m-%d %H:%M %Z')}")
     if args.note:
         print(f"# {args.note}")
