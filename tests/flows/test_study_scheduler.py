@@ -102,6 +102,11 @@ def _finish_oldest(scheduler: _Scheduler, submitted: list[FakeFuture]) -> FakeFu
     return future
 
 
+def _finish_all(scheduler: _Scheduler, submitted: list[FakeFuture]) -> None:
+    while any(not f.done for f in submitted):
+        _finish_oldest(scheduler, submitted)
+
+
 def test_backbones_train_one_per_worker_and_a_runs_calibrations_follow_its_own(tiny_plan, finished):
     scheduler, submitted = _scheduler(tiny_plan)  # Cora GCN, folds 0-2, 2 workers
     assert [f.what for f in submitted] == ["Cora_GCN_s0_i0_f0", "Cora_GCN_s0_i0_f1"]  # both workers train
@@ -130,17 +135,11 @@ def test_a_scheduler_started_again_takes_the_recorded_tasks_and_trains_only_runs
     again, submitted = _scheduler(tiny_plan)
     assert again.recorded == {"pretrain": 1, "calibrate": 4}  # f0: nothing left, no backbone needed
     assert [f.what for f in submitted] == ["Cora_GCN_s0_i0_f1", "Cora_GCN_s0_i0_f2"]  # f1 has calibrations left
-    while any(not f.done for f in submitted):
-        _finish_oldest(again, submitted)
+    _finish_all(again, submitted)
     assert len(submitted) == 2 + 8
     (_, rows), = finished
     assert [(r["fold"], r["calibrator"]) for r in rows] == [(fold, c) for fold in range(3) for c in CALIBRATORS]
     assert not record.exists()
-
-
-def _finish_all(scheduler: _Scheduler, submitted: list[FakeFuture]) -> None:
-    while any(not f.done for f in submitted):
-        _finish_oldest(scheduler, submitted)
 
 
 def test_rows_recorded_on_another_machines_backbone_are_computed_again_on_this_ones(tiny_plan, finished, caplog):
