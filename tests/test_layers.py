@@ -10,12 +10,12 @@ from test_import_graph import import_graph
 # bottom to top; a module belongs to the longest prefix that names it
 LAYERS = [
     ("foundation", ["simcalib.errors", "simcalib.seeding", "simcalib.metrics", "simcalib.graph", "simcalib.similarity",
-                    "simcalib.entry_points"]),
+                    "simcalib.entry_points", "simcalib.conformal"]),
     ("models", ["simcalib.data", "simcalib.backbones", "simcalib.calibrators", "simcalib.tuning.store"]),
     ("store", ["simcalib.store.results_store", "simcalib.store.integrity"]),
     ("analysis", ["simcalib.analysis.feature_signal", "simcalib.analysis.figure_bins", "simcalib.analysis.homophily", "simcalib.analysis.plots"]),
     ("protocol", ["simcalib.experiment.study", "simcalib.experiment.plan", "simcalib.experiment.protocol", "simcalib.experiment.splits", "simcalib.experiment.executor",
-                  "simcalib.experiment.needs"]),
+                  "simcalib.experiment.needs", "simcalib.experiment.shift"]),
     ("tuning and report", ["simcalib.tuning", "simcalib.report"]),
     ("commands", ["simcalib.commands", "simcalib.cli"]),
 ]
