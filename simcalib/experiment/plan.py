@@ -239,6 +239,8 @@ class StudyPlan:
     execution: ExecutionPlan
     benchmarks: tuple[BenchmarkPlan, ...]
     version: int = PLAN_VERSION
+    shift: dict | None = None  # the study file's ``shift`` (ShiftSpec fields); None: none declared
+    conformal: dict | None = None  # the study file's ``conformal`` (ConformalSpec fields); None: none declared
 
     @property
     def runs_per_benchmark(self) -> int:
@@ -289,6 +291,16 @@ class StudyPlan:
             where = "all benchmarks" if len(names) == everywhere else ", ".join(names)
             tuned = f" tuned:{calibrator.tuned_from}" if calibrator.tuned_from else ""
             lines.append(f"    {calibrator.name:<18} {calibrator.digest}{tuned} {_short_options(calibrator)} on {where}")
+        if self.shift is not None:
+            properties = self.shift["properties"]
+            lines.append(f"  shift        {', '.join(properties)}: each benchmark's {self.runs_per_benchmark} runs once per "
+                         f"property ({len(properties) * self.runs_per_benchmark} per benchmark) on shift splits in place "
+                         f"of the splits above: ID {self.shift['id_fraction']:g} of the nodes (torch_geometric "
+                         "NodePropertySplit), the protocol's folds inside it; simcalib.experiment.shift")
+        if self.conformal is not None:
+            c = self.conformal
+            lines.append(f"  conformal    {', '.join(c['scores'])} at alpha {', '.join(f'{a:g}' for a in c['alphas'])}; "
+                         f"quantile part {c['quantile_fraction']:g} of the calibration fold; simcalib.conformal")
         if not self.has_data:
             lines.append("  (datasets not loaded: data and split digests unknown; `simcalib study check --data` "
                          "loads them)")
@@ -299,7 +311,10 @@ class StudyPlan:
                 "splits": list(self.splits), "inits": list(self.inits), "folds": list(self.folds),
                 "label_rates": list(self.label_rates), "device": self.device, "output": str(self.output),
                 "execution": dataclasses.asdict(self.execution),
-                "benchmarks": [b.to_json() for b in self.benchmarks]}
+                "benchmarks": [b.to_json() for b in self.benchmarks],
+                # only when declared: a plan without them keeps its JSON and digest
+                **{key: value for key, value in (("shift", self.shift), ("conformal", self.conformal))
+                   if value is not None}}
 
     @classmethod
     def from_json(cls, data: dict) -> StudyPlan:
@@ -309,7 +324,8 @@ class StudyPlan:
         return cls(name=data["name"], source=data["source"], seed=data["seed"], splits=tuple(data["splits"]),
                    inits=tuple(data["inits"]), folds=tuple(data["folds"]), label_rates=tuple(data["label_rates"]),
                    device=data["device"], output=Path(data["output"]), execution=ExecutionPlan(**data["execution"]),
-                   benchmarks=tuple(BenchmarkPlan.from_json(b) for b in data["benchmarks"]), version=data["version"])
+                   benchmarks=tuple(BenchmarkPlan.from_json(b) for b in data["benchmarks"]), version=data["version"],
+                   shift=data.get("shift"), conformal=data.get("conformal"))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -423,7 +439,9 @@ def plan_study(study: Study, data: bool = True) -> StudyPlan:
                               report=spec.report, tracking_uri=study.tracking_uri, experiment=study.experiment_name)
     return StudyPlan(name=study.name, source=study.source, seed=spec.seed, splits=tuple(study.splits),
                      inits=tuple(study.inits), folds=tuple(study.folds), label_rates=tuple(study.label_rates),
-                     device=spec.device, output=study.output, execution=execution, benchmarks=tuple(benchmarks))
+                     device=spec.device, output=study.output, execution=execution, benchmarks=tuple(benchmarks),
+                     shift=spec.shift.model_dump() if spec.shift is not None else None,
+                     conformal=spec.conformal.model_dump() if spec.conformal is not None else None)
 
 
 def plan_one_benchmark(study_path: str | Path, dataset: str | None = None, backbone: str | None = None,

@@ -88,6 +88,32 @@ class TaskRunnerSpec(_Strict):
     torch_threads: int | None = Field(default=None, ge=1)  # torch intra-op threads per task process
 
 
+ShiftProperty = Literal["popularity", "locality", "density"]
+ConformalScore = Literal["APS", "RAPS", "DAPS"]
+Alpha = Annotated[float, Field(gt=0.0, lt=1.0)]
+
+
+class ShiftSpec(_Strict):
+    """A structural shift (:mod:`simcalib.experiment.shift`): per property, NodePropertySplit's ID part (the
+    ``id_fraction`` of the nodes) holds the protocol's folds and ID test nodes, the rest are OOD test nodes."""
+
+    properties: list[ShiftProperty] = Field(min_length=1)
+    id_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
+
+
+class ConformalSpec(_Strict):
+    """Split-conformal sets (:mod:`simcalib.conformal`): the calibration fold divided (seeded, per class) into
+    a part that fits every calibrator and a part (``quantile_fraction``) that sets the conformal quantile."""
+
+    alphas: list[Alpha] = Field(default_factory=lambda: [0.1, 0.05], min_length=1)
+    scores: list[ConformalScore] = Field(default_factory=lambda: ["APS", "RAPS", "DAPS"], min_length=1)
+    quantile_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
+    randomised: bool = True
+    raps_penalty: float = Field(default=0.01, ge=0.0)
+    raps_k_reg: int = Field(default=2, ge=0)
+    daps_diffusion: float = Field(default=0.5, ge=0.0, le=1.0)
+
+
 class StudySpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
@@ -104,6 +130,8 @@ class StudySpec(_Strict):
     report: bool = True  # run flows/report.py at the end when it exists
     device: str = "auto"
     tuned_dir: str | None = None  # None: $SIMCALIB_TUNED_DIR or study/tuned
+    shift: ShiftSpec | None = None  # None: the protocol's splits (no ID/OOD division)
+    conformal: ConformalSpec | None = None  # None: no prediction sets
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,0 +1,64 @@
+"""The study files' ``shift`` and ``conformal`` sections: validated, carried by the plan only when declared (so a plan
+without them keeps its JSON and digest), shown by the plan's lines, refused by the study flow that does not compute
+their columns."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simcalib.errors import ConfigError
+from simcalib.experiment.plan import StudyPlan, plan_study
+from simcalib.experiment.study import load_study, study_from_dict
+
+BASE = {"name": "p", "benchmarks": {"datasets": ["Cora"], "backbones": ["GCN"]}, "calibrators": ["UnCal", "TS"],
+        "runs": {"splits": 1, "inits": 1, "folds": [0], "generated_splits": True}}
+
+
+def _plan(**extra) -> StudyPlan:
+    return plan_study(study_from_dict({**BASE, **extra}), data=False)
+
+
+def test_a_plan_without_the_sections_keeps_its_json_and_digest():
+    plain = _plan()
+    assert "shift" not in plain.to_json() and "conformal" not in plain.to_json()
+    assert _plan(shift=None, conformal=None).digest() == plain.digest()
+    assert _plan(conformal={}).digest() != plain.digest()
+
+
+@pytest.mark.parametrize("path", ["study/shift.yaml", "study/conformal.yaml"])
+def test_the_study_files_plan_and_survive_json(path):
+    plan = plan_study(load_study(path), data=False)
+    again = StudyPlan.from_json(json.loads(json.dumps(plan.to_json())))
+    assert again == plan and again.digest() == plan.digest()
+    calibrators = {c.name for b in plan.benchmarks for c in b.calibrators}
+    headline = {c.name for b in plan_study(load_study("study/offline.yaml"), data=False).benchmarks
+                for c in b.calibrators}
+    assert calibrators == headline
+    if path.endswith("shift.yaml"):
+        assert plan.shift == {"properties": ["popularity", "locality", "density"], "id_fraction": 0.5}
+        assert {b.dataset for b in plan.benchmarks} == {"Cora", "Citeseer", "Pubmed", "Photo", "CS"}
+        assert len(plan.benchmarks) == 10 and plan.runs_per_benchmark >= 15
+        assert any(line.startswith("  shift ") and "45 per benchmark" in line for line in plan.lines())
+    else:
+        assert plan.conformal["alphas"] == [0.1, 0.05] and plan.conformal["scores"] == ["APS", "RAPS", "DAPS"]
+        assert len(plan.benchmarks) == 24
+        assert any(line.startswith("  conformal ") for line in plan.lines())
+
+
+def test_bad_sections_are_refused_naming_the_key():
+    with pytest.raises(ConfigError, match="shift"):
+        _plan(shift={"properties": ["betweenness"]})
+    with pytest.raises(ConfigError, match="conformal"):
+        _plan(conformal={"alphas": [1.5]})
+    with pytest.raises(ConfigError, match="conformal"):
+        _plan(conformal={"score": ["APS"]})
+
+
+def test_the_study_flow_refuses_a_plan_whose_columns_it_does_not_compute():
+    from flows.study import study_flow
+
+    plan = _plan(conformal={})
+    with pytest.raises(ConfigError, match="declares conformal, which this flow does not compute"):
+        study_flow.fn("study/conformal.yaml", None, plan.to_json())
