@@ -136,7 +136,7 @@ def coverage_band_failures(covered: np.ndarray, n_cal: int, n_test: int, alpha: 
     the covered count of n_test test nodes is then BetaBinomial(n_test, k, n + 1 - k). Two checks, each at z
     standard deviations: the mean count, and the number of repetitions below 1 - alpha (Binomial(R, p0)). A
     quantile read from the test nodes always covers at least ceil((n_test + 1)(1 - alpha)) of them: the
-    second check sees no repetition below 1 - alpha where about 40% are expected.
+    second check sees no repetition below 1 - alpha where 45% are expected.
     """
     k = math.ceil((n_cal + 1) * (1 - Fraction(str(alpha))))  # computed here, not by the code under test
     law = stats.betabinom(n_test, k, n_cal + 1 - k)

@@ -15,7 +15,8 @@ LAYERS = [
     ("store", ["simcalib.store.results_store", "simcalib.store.integrity"]),
     ("analysis", ["simcalib.analysis.feature_signal", "simcalib.analysis.figure_bins", "simcalib.analysis.homophily", "simcalib.analysis.plots"]),
     ("protocol", ["simcalib.experiment.study", "simcalib.experiment.plan", "simcalib.experiment.protocol", "simcalib.experiment.splits", "simcalib.experiment.executor",
-                  "simcalib.experiment.needs", "simcalib.experiment.shift"]),
+                  "simcalib.experiment.needs", "simcalib.experiment.shift",
+                  "simcalib.experiment.node_runs"]),
     ("tuning and report", ["simcalib.tuning", "simcalib.report"]),
     ("commands", ["simcalib.commands", "simcalib.cli"]),
 ]

@@ -1,0 +1,53 @@
+"""Runs on other node divisions (simcalib.experiment.node_runs) on Cora with 20-epoch backbones: the conformal
+run fits every calibrator on the same fit part and never reads a quantile or test label when fitting; the shift
+run's rows carry ID and OOD metrics; both are reproducible from the run's identity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simcalib.conformal import conformal_split, conformal_split_seed
+from simcalib.experiment import node_runs
+from simcalib.experiment.protocol import Run, load_graph, run_split
+
+
+@pytest.fixture(scope="module")
+def run():
+    return Run("Cora", "GCN", 0, 0, 1)
+
+
+def test_a_conformal_run_fits_every_calibrator_on_the_same_fit_part(tiny_protocol, run, monkeypatch):
+    seen = []
+    fit = node_runs.fit_calibrator_on
+
+    def recording(run_, settings, name, options, output, train_idx, cal_idx):
+        seen.append((name, train_idx.copy(), cal_idx.copy()))
+        return fit(run_, settings, name, options, output, train_idx, cal_idx)
+
+    monkeypatch.setattr(node_runs, "fit_calibrator_on", recording)
+    rows = node_runs.evaluate_conformal_run(run, tiny_protocol, {"UnCal": None, "TS": None}, alphas=(0.1,))
+    graph = load_graph("Cora", tiny_protocol)
+    train_idx, cal_idx, test_idx = run_split(run, tiny_protocol, graph).fold_indices(run.fold)
+    fit_idx, quantile_idx = conformal_split(cal_idx, graph.y.numpy(), conformal_split_seed(run.seed(tiny_protocol)))
+    assert [name for name, *_ in seen] == ["UnCal", "TS"]
+    for _, train, cal in seen:
+        assert np.array_equal(train, train_idx) and np.array_equal(cal, fit_idx)
+        assert not set(cal) & set(quantile_idx) and not set(cal) & set(test_idx)
+    assert [row["calibrator"] for row in rows] == ["UnCal", "TS"]
+    assert rows[0]["n_quantile"] == len(quantile_idx) and rows[0]["n_fit"] == len(fit_idx)
+    for row in rows:
+        assert 0.5 < row["APS_coverage@0.1"] <= 1 and row["DAPS_set_size@0.1"] >= 0
+    monkeypatch.undo()
+    again = node_runs.evaluate_conformal_run(run, tiny_protocol, {"UnCal": None, "TS": None}, alphas=(0.1,))
+    assert again == rows
+
+
+def test_a_shift_run_gives_id_and_ood_rows(tiny_protocol, run):
+    rows = node_runs.evaluate_shift_run(run, tiny_protocol, {"TS": None}, "popularity")
+    (row,) = rows
+    assert row["shift_property"] == "popularity" and row["n_ood_test"] == 1354
+    assert {"id_ece", "ood_ece", "ood_minus_id_accuracy"} <= set(row)
+    split = node_runs.shift_run_split(run, tiny_protocol, "popularity")
+    assert not set(np.concatenate(split.folds)) & set(split.ood_test)
+    assert node_runs.evaluate_shift_run(run, tiny_protocol, {"TS": None}, "popularity") == rows
