@@ -72,7 +72,7 @@ QUANTILE_FRACTION = 0.5  # share of the calibration fold that sets the conformal
 
 
 def _probabilities(probs) -> Tensor:
-    probs = torch.as_tensor(probs)
+    probs = torch.as_tensor(probs).detach().cpu()  # small [N, C] work: on the CPU, where the draws are made
     if probs.dim() != 2 or probs.shape[1] < 2:
         raise ConfigError(f"probabilities must be an [N, C] matrix with C >= 2, got shape {tuple(probs.shape)}")
     probs = probs.double()
@@ -120,7 +120,7 @@ def diffuse_scores(scores, edge_index, diffusion: float = DAPS_DIFFUSION) -> Ten
     :math:`S_v`). ``scores``: ``[N, C]``; ``edge_index``: ``[2, E]`` over the same ``N`` nodes."""
     if not 0.0 <= diffusion <= 1.0:
         raise ConfigError(f"DAPS's diffusion lambda must be in [0, 1], got {diffusion}")
-    scores = torch.as_tensor(scores).double()
+    scores = torch.as_tensor(scores).detach().cpu().double()
     edge_index = torch.as_tensor(edge_index).long().cpu()
     n = scores.shape[0]
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
@@ -176,8 +176,8 @@ def prediction_sets(scores, threshold: float) -> Tensor:
 def set_metrics(sets, labels) -> dict[str, float]:
     """Coverage :math:`P(y \\in C)`, mean set size, singleton-hit rate :math:`P(|C| = 1, y \\in C)` and the empty
     rate :math:`P(|C| = 0)` of ``sets`` ``[M, C]`` bool at true ``labels`` ``[M]``."""
-    sets = torch.as_tensor(sets).bool()
-    labels = torch.as_tensor(labels).long()
+    sets = torch.as_tensor(sets).detach().cpu().bool()
+    labels = torch.as_tensor(labels).detach().cpu().long()
     if sets.dim() != 2 or labels.shape != (sets.shape[0],) or len(labels) == 0:
         raise ConfigError(f"sets [M, C] and labels [M] do not match: {tuple(sets.shape)} vs {tuple(labels.shape)}")
     covered = sets[torch.arange(len(labels)), labels]
@@ -204,10 +204,10 @@ def split_conformal(scores, labels, quantile_idx, test_idx, alpha: float) -> Con
     at ``test_idx`` for the metrics). Quantile nodes that are also test nodes are refused: the threshold
     would then read the test labels.
     """
-    scores = torch.as_tensor(scores)
-    labels = torch.as_tensor(labels).long()
-    quantile_idx = torch.as_tensor(np.asarray(quantile_idx), dtype=torch.long)
-    test_idx = torch.as_tensor(np.asarray(test_idx), dtype=torch.long)
+    scores = torch.as_tensor(scores).detach().cpu()
+    labels = torch.as_tensor(labels).detach().cpu().long()
+    quantile_idx = torch.as_tensor(quantile_idx).detach().cpu().long()
+    test_idx = torch.as_tensor(test_idx).detach().cpu().long()
     overlap = np.intersect1d(quantile_idx.numpy(), test_idx.numpy())
     if len(overlap):
         raise ConfigError(f"{len(overlap)} quantile node(s) are also test nodes (e.g. node {int(overlap[0])}): the "

@@ -21,7 +21,12 @@ import numpy as np
 import torch
 
 from simcalib.backbones import BackboneCache, BackboneOutput, cache_key, resolve_device, train_backbone
-from simcalib.calibrators import CalibrationGraph, build_calibrator, calibrator_seed_name, canonical_calibrator
+from simcalib.calibrators import (
+    CalibrationGraph,
+    build_calibrator,
+    calibrator_seed_name,
+    canonical_calibrator,
+)
 from simcalib.conformal import (
     ALPHAS,
     DAPS_DIFFUSION,

@@ -115,11 +115,11 @@ def generate_shift_split(edge_index, labels, property: str, seed: int, id_fracti
 def shift_metrics(probs, labels, id_test, ood_test, metrics=SHIFT_METRICS) -> dict[str, float]:
     """``id_<metric>`` and ``ood_<metric>`` (ECE and accuracy in percent, as the results table) of ``probs``
     ``[N, C]`` over every node, on the ID and the OOD test nodes, and ``ood_minus_id_<metric>``."""
-    probs = torch.as_tensor(probs)
-    labels = torch.as_tensor(labels).long()
+    probs = torch.as_tensor(probs).detach().cpu()
+    labels = torch.as_tensor(labels).detach().cpu().long()
     columns: dict[str, float] = {}
     for part, nodes in (("id", id_test), ("ood", ood_test)):
-        nodes = torch.as_tensor(np.asarray(nodes), dtype=torch.long)
+        nodes = torch.as_tensor(nodes).detach().cpu().long()
         if len(nodes) == 0:
             raise ConfigError(f"no {part.upper()} test nodes: check the shift split's id_fraction")
         values = compute_metrics(probs[nodes], labels[nodes])
