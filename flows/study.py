@@ -61,7 +61,7 @@ from flows.caching import (
 )
 from flows.runners import make_task_runner, shared_api_server
 from simcalib.data.download import sha256
-from simcalib.errors import ConfigError, SimCalibError
+from simcalib.errors import SimCalibError
 from simcalib.experiment.plan import BenchmarkPlan, StudyPlan, plan_study
 from simcalib.experiment.protocol import (
     ProtocolSettings,
@@ -484,10 +484,7 @@ def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = No
     ``plan``: the study already resolved (:meth:`~simcalib.experiment.plan.StudyPlan.to_json`, as ``simcalib study run``
     passes it); else the file is resolved here, once, before the task runner (a Dask cluster, processes) starts."""
     study_plan = StudyPlan.from_json(plan) if plan is not None else plan_study(load_study(study_file, overrides))
-    declared = [key for key in ("shift", "conformal") if getattr(study_plan, key, None) is not None]
-    if declared:  # their rows would be the protocol's rows without the ID/OOD or conformal columns
-        raise ConfigError(f"{study_file} declares {' and '.join(declared)}, which this flow does not compute; "
-                          "the library computes them (simcalib.experiment.shift, simcalib.conformal)")
+    study_plan.check_flow_runs_it()
     execution = study_plan.execution
     with results_lock(study_plan.output, command=f"simcalib study run {study_file}", notify=print), \
             shared_api_server(_runner_spec(execution)):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from simcalib.errors import ConfigError
 from simcalib.experiment.plan import StudyPlan, plan_study
@@ -60,5 +61,17 @@ def test_the_study_flow_refuses_a_plan_whose_columns_it_does_not_compute():
     from flows.study import study_flow
 
     plan = _plan(conformal={})
-    with pytest.raises(ConfigError, match="declares conformal, which this flow does not compute"):
+    with pytest.raises(ConfigError, match="declares conformal, which the study flow does not compute"):
         study_flow.fn("study/conformal.yaml", None, plan.to_json())
+    _plan().check_flow_runs_it()  # a plan without the sections runs
+
+
+def test_study_run_refuses_a_shift_study_in_one_line_before_any_work(tmp_path, capsys):
+    from simcalib.cli import main
+
+    path = tmp_path / "shift.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "output": str(tmp_path / "out"), "shift": {"properties": ["density"]}}))
+    assert main(["study", "run", str(path)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "declares shift, which the study flow does not compute" in error
+    assert not (tmp_path / "out").exists()

@@ -133,6 +133,7 @@ def run_study(args: argparse.Namespace) -> int:
     overrides = overrides_from(args)
     study = load_study(args.study_file, overrides)  # input errors end here: one line, exit 2
     plan = plan_study(study)  # resolved once: the flow reads this plan
+    plan.check_flow_runs_it()  # before a Prefect server starts
     if not args.verbose:
         for key, value in QUIET_TASK_LOGS.items():
             os.environ.setdefault(key, value)

@@ -250,6 +250,14 @@ class StudyPlan:
     def has_data(self) -> bool:
         return all(b.has_data for b in self.benchmarks)
 
+    def check_flow_runs_it(self) -> None:
+        """ConfigError when the study declares ``shift`` or ``conformal``: the study flow writes the protocol's rows,
+        without their ID/OOD or conformal columns (:mod:`simcalib.experiment.node_runs` computes those)."""
+        declared = [key for key in ("shift", "conformal") if getattr(self, key) is not None]
+        if declared:
+            raise ConfigError(f"{self.source} declares {' and '.join(declared)}, which the study flow does not "
+                              "compute; the library computes them (simcalib.experiment.node_runs)")
+
     def digest(self) -> str:
         """16 hex digits of SHA-256 over :meth:`to_json` (sorted keys): equal digests, equal plans."""
         return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True, default=str).encode()).hexdigest()[:16]
