@@ -18,6 +18,8 @@ A study is the GATS protocol over a set of benchmarks (datasets x backbones) and
     output: results/quick            # per benchmark: <output>/<Dataset>_<Backbone>/results.csv
     tracking_uri: null               # null: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db
     task_runner: {kind: threads, workers: 2, address: null, torch_threads: null}
+    shift: {properties: [popularity], id_fraction: 0.5}     # optional: structural shift splits (ShiftSpec)
+    conformal: {alphas: [0.1, 0.05], scores: [APS, RAPS, DAPS]}   # optional: prediction sets (ConformalSpec)
 
 With several label rates, each (rate, benchmark) is written to ``<output>/label_rate_<rate>/<Dataset>_<Backbone>``
 and logged as its own MLflow run ``<Dataset>-<Backbone>-rate<rate>``; one rate keeps the plain layout.

@@ -47,7 +47,7 @@ def test_bad_input_exits_before_prefect_starts(tmp_path):
     assert done.stderr.strip().splitlines() == [f"error: {path}:6: unknown key 'runz'; valid keys here are: "
                                                  "name, description, seed, benchmarks, calibrators, runs, backbone, "
                                                  "data, output, tracking_uri, task_runner, save_predictions, report, "
-                                                 "device, tuned_dir"]
+                                                 "device, tuned_dir, shift, conformal"]
 
 
 def test_check_shows_the_plan(capsys):
