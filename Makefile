@@ -56,7 +56,7 @@ headline: install
 # leaderboard and the recommendation per family of graphs (reports/leaderboard.yaml; about 15 s).
 report: install
 	$(VENV)/bin/simcalib report --every reports/reports.yaml
-	$(VENV)/bin/simcalib report --leaderboard reports/leaderboard.yaml
+	$(VENV)/bin/simcalib report --leaderboard reports/leaderboard.yaml --summary-in README.md
 	$(VENV)/bin/simcalib report --check-claims reports/claims
 
 # The default suite on TEST_JOBS pytest-xdist workers (TEST_JOBS=0: one process). Two per core on these 2-core

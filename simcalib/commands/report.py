@@ -42,6 +42,10 @@ def register(sub) -> None:
     report.add_argument("--leaderboard", metavar="FAMILIES", default=None,
                         help="write leaderboard.md, leaderboard.csv, leaderboard_benchmarks.csv and recommendation.csv "
                              "beside FAMILIES (e.g. reports/leaderboard.yaml) from the families' committed results")
+    report.add_argument("--summary-in", metavar="FILE", action="append", default=None,
+                        help="with --leaderboard: replace FILE's block between the markers of "
+                             "reports/leaderboard.md with the recommendation and the leaderboard's top rows "
+                             "(repeatable; e.g. README.md)")
     report.add_argument("--only", metavar="OUT", action="append", default=None,
                         help="with --every: re-render only the entry whose out folder is OUT (repeatable)")
     report.add_argument("--keep-figures", action="store_true",
@@ -179,20 +183,40 @@ def check_claims_command(args: argparse.Namespace) -> int:
 
 
 def leaderboard_command(args: argparse.Namespace) -> int:
-    from simcalib.report.leaderboard import build_leaderboard, read_families, write_leaderboard
+    from simcalib.report.leaderboard import (
+        build_leaderboard,
+        leaderboard_excerpt,
+        read_families,
+        write_leaderboard,
+    )
+    from simcalib.report.summary import BEGIN, END, embed_summary
 
     if args.every or args.source or args.out or args.title or args.splits or args.check_claims:
         raise ConfigError("--leaderboard reads its families' results from FAMILIES and writes beside it; drop the "
                           "report source, --every, --check-claims, --out, --title and --splits")
-    result = build_leaderboard(read_families(args.leaderboard))
-    for path in write_leaderboard(result, Path(args.leaderboard).parent):
+    families = read_families(args.leaderboard)
+    targets = args.summary_in or []
+    out = Path(args.leaderboard).parent
+    for target in targets:  # checked before the work, so a wrong name costs nothing
+        if not Path(target).is_file() or BEGIN.format(out=out / "leaderboard.md") not in Path(target).read_text():
+            raise ConfigError(f"--summary-in {target}: no such file or no leaderboard block in it; put the two lines "
+                              f"{BEGIN.format(out=out / 'leaderboard.md')!r} and {END!r} where it goes")
+    result = build_leaderboard(families)
+    paths = write_leaderboard(result, out)
+    for path in paths:
         print(f"leaderboard: {path}", flush=True)
+    for target in targets:
+        embed_summary(target, str(out / "leaderboard.md"),
+                      leaderboard_excerpt(result.table, result.recommendation, families, link=str(paths[0])))
+        print(f"summary: {target}", flush=True)
     for row in result.recommendation.itertuples():
         print(f"recommended for {row.family}: {row.calibrator} (mean ECE rank {row.ece_rank:.1f})", flush=True)
     return 0
 
 
 def _run(args: argparse.Namespace) -> int:
+    if getattr(args, "summary_in", None) and not getattr(args, "leaderboard", None):
+        raise ConfigError("--summary-in writes the leaderboard's excerpt; use it with --leaderboard FAMILIES")
     if getattr(args, "leaderboard", None):
         return leaderboard_command(args)
     if getattr(args, "check_claims", None):

@@ -242,6 +242,11 @@ def build_leaderboard(families: Sequence[Family], n_resamples: int = N_RESAMPLES
                        pd.DataFrame(picks, columns=RECOMMENDATION_COLUMNS), list(families), notes)
 
 
+def _signed(value: float) -> str:
+    """A change in points with its sign, two decimals, without a negative zero."""
+    return f"{round(float(value), 2) + 0.0:+.2f}"
+
+
 def _rank_cell(row, metric: str) -> str:
     return f"{row[f'{metric}_rank']:.1f} [{row[f'{metric}_rank_low']:.1f}, {row[f'{metric}_rank_high']:.1f}]"
 
@@ -262,7 +267,7 @@ def leaderboard_cells(board: pd.DataFrame, top: int | None = None) -> list[list[
     return [[str(r["calibrator"]), *(_rank_cell(r, m) for m in METRICS),
              *(f"{int(r[f'{m}_below_ts'])}/{int(r[f'{m}_above_ts'])}" if r["calibrator"] != REFERENCE else "-"
                for m in METRICS),
-             f"{r['accuracy_change']:+.2f} ({r['accuracy_change_max_abs']:.2f})", f"{r['fit_seconds']:.3g}"]
+             f"{_signed(r['accuracy_change'])} ({r['accuracy_change_max_abs']:.2f})", f"{r['fit_seconds']:.3g}"]
             for _, r in shown.iterrows()]
 
 
@@ -312,6 +317,36 @@ def leaderboard_markdown(result: Leaderboard) -> str:
     return "\n".join(parts)
 
 
+EXCERPT_ROWS = 5
+EXCERPT_HEADER = ("Graphs", "Calibrator", "ECE rank [95% CI]", "NLL rank", "Brier rank", "vs TS: ECE below/above",
+                  "Accuracy change")
+
+
+def leaderboard_excerpt(table: pd.DataFrame, recommendation: pd.DataFrame, families: Sequence[Family],
+                        top: int = EXCERPT_ROWS, link: str = "reports/leaderboard.md") -> str:
+    """The recommendation and each family's top ``top`` rows, as Markdown for a page that links ``link`` (the
+    block that ``simcalib report --leaderboard ... --summary-in README.md`` writes between its markers). Reads only
+    the two CSVs' columns, so a test can check an embedded excerpt against the committed CSVs."""
+    picks = recommendation.set_index("family")
+    first = _markdown_table(("Graphs", "Use", "Mean ECE rank [95% CI]", "Benchmarks", "Calibrators meeting the rule"),
+                            [[f.title, f"**{picks.at[f.name, 'calibrator']}**",
+                              f"{picks.at[f.name, 'ece_rank']:.1f} [{picks.at[f.name, 'ece_rank_low']:.1f}, "
+                              f"{picks.at[f.name, 'ece_rank_high']:.1f}]", str(int(picks.at[f.name, 'benchmarks'])),
+                              str(int(picks.at[f.name, 'candidates']))] for f in families if f.name in picks.index])
+    body = []
+    for family in families:
+        board = table[table["family"] == family.name].sort_values(["ece_rank", "nll_rank", "calibrator"],
+                                                                  kind="stable").head(top)
+        for _, r in board.iterrows():
+            body.append([family.title, str(r["calibrator"]), _rank_cell(r, "ece"), f"{r['nll_rank']:.1f}",
+                         f"{r['brier_rank']:.1f}",
+                         "-" if r["calibrator"] == REFERENCE else f"{int(r['ece_below_ts'])}/{int(r['ece_above_ts'])}",
+                         _signed(r["accuracy_change"])])
+    return "\n".join([first, "", f"The rule: the {RULE}. The top {top} of each family by mean ECE rank (1 = lowest "
+                      f"mean on every benchmark; every calibrator, the intervals and the fit times in [{link}]({link})):",
+                      "", _markdown_table(EXCERPT_HEADER, body)])
+
+
 def write_leaderboard(result: Leaderboard, out: str | os.PathLike) -> list[Path]:
     """``leaderboard.md``, ``leaderboard.csv``, ``leaderboard_benchmarks.csv`` and ``recommendation.csv`` in ``out``."""
     out = Path(out)
@@ -326,5 +361,5 @@ def write_leaderboard(result: Leaderboard, out: str | os.PathLike) -> list[Path]
 
 
 __all__ = ["ACCURACY_BOUND", "BENCHMARK_COLUMNS", "Family", "LEADERBOARD_COLUMNS", "Leaderboard", "RECOMMENDATION_COLUMNS",
-           "RULE", "build_leaderboard", "family_leaderboard", "leaderboard_cells", "leaderboard_markdown",
+           "RULE", "build_leaderboard", "family_leaderboard", "leaderboard_cells", "leaderboard_excerpt", "leaderboard_markdown",
            "read_families", "recommend", "select_classes", "write_leaderboard"]
