@@ -143,3 +143,24 @@ def test_bad_manifest_is_refused(tmp_path):
     (tmp_path / "m.yaml").write_text("- {name: a, results: x}\n")
     with pytest.raises(ConfigError, match="name, title, results"):
         read_families(tmp_path / "m.yaml")
+
+
+def test_command_writes_the_leaderboard_and_the_readme_block(tmp_path, monkeypatch, capsys):
+    from simcalib.cli import main
+    from simcalib.report.summary import BEGIN, END
+
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "res" / "A_GCN", rows_for("A", {"UnCal": 9.0, "TS": 5.0, "X": 2.0}))
+    (tmp_path / "board").mkdir()
+    (tmp_path / "board" / "families.yaml").write_text("- {name: all, title: All graphs, results: res}\n")
+    begin = BEGIN.format(out="board/leaderboard.md")
+    (tmp_path / "README.md").write_text(f"# x\n\n{begin}\nold\n{END}\n\nrest\n")
+    (tmp_path / "plain.md").write_text("# no markers\n")
+    assert main(["report", "--summary-in", "README.md"]) == 2  # without --leaderboard
+    assert main(["report", "--leaderboard", "board/families.yaml", "--summary-in", "plain.md"]) == 2
+    assert "no leaderboard block" in capsys.readouterr().err
+    assert main(["report", "--leaderboard", "board/families.yaml", "--summary-in", "README.md"]) == 0
+    assert "recommended for all: X" in capsys.readouterr().out
+    text = (tmp_path / "README.md").read_text()
+    assert "old" not in text and "| All graphs | **X** |" in text and text.endswith("rest\n")
+    assert (tmp_path / "board" / "recommendation.csv").is_file()
