@@ -342,9 +342,11 @@ def leaderboard_excerpt(table: pd.DataFrame, recommendation: pd.DataFrame, famil
                          f"{r['brier_rank']:.1f}",
                          "-" if r["calibrator"] == REFERENCE else f"{int(r['ece_below_ts'])}/{int(r['ece_above_ts'])}",
                          _signed(r["accuracy_change"])])
-    return "\n".join([first, "", f"The rule: the {RULE}. The top {top} of each family by mean ECE rank (1 = lowest "
-                      f"mean on every benchmark; every calibrator, the intervals and the fit times in [{link}]({link})):",
-                      "", _markdown_table(EXCERPT_HEADER, body)])
+    rule = (f"Per family, the lowest mean ECE rank among the calibrators never significantly above {REFERENCE} on ECE "
+            f"and within {ACCURACY_BOUND} accuracy points of {BASELINE} on every benchmark (the rule in full, every "
+            f"calibrator, the intervals and the fit times: [{link}]({link})). The top {top} of each family by mean ECE "
+            "rank (1 = lowest mean on every benchmark):")
+    return "\n".join([first, "", rule, "", _markdown_table(EXCERPT_HEADER, body)])
 
 
 def write_leaderboard(result: Leaderboard, out: str | os.PathLike) -> list[Path]:
