@@ -9,6 +9,10 @@ as the Prefect flow ``report``; either way the folder is logged to MLflow when `
 that manifest from its committed ``results.csv`` files, each with its own title and split selection; figures
 that need the (uncommitted) test predictions are kept from the earlier rendering and labelled so.
 
+``simcalib report --leaderboard reports/leaderboard.yaml`` (part of ``make report``) writes the leaderboard, the
+recommendation per family of graphs and their CSVs beside the manifest, from the committed rows
+(:mod:`simcalib.report.leaderboard`).
+
 ``simcalib report --check-claims reports/claims`` renders nothing: it checks every number that the hand-written
 findings quote against the committed table it comes from (:mod:`simcalib.report.claims`) and exits non-zero
 naming each stale one.
@@ -35,6 +39,13 @@ def register(sub) -> None:
     report.add_argument("--check-claims", metavar="CLAIMS", default=None,
                         help="render nothing; check the numbers quoted by the hand-written findings against their "
                              "tables (a claims YAML file or a folder of them, e.g. reports/claims)")
+    report.add_argument("--leaderboard", metavar="FAMILIES", default=None,
+                        help="write leaderboard.md, leaderboard.csv, leaderboard_benchmarks.csv and recommendation.csv "
+                             "beside FAMILIES (e.g. reports/leaderboard.yaml) from the families' committed results")
+    report.add_argument("--summary-in", metavar="FILE", action="append", default=None,
+                        help="with --leaderboard: replace FILE's block between the markers of "
+                             "reports/leaderboard.md with the recommendation and the leaderboard's top rows "
+                             "(repeatable; e.g. README.md)")
     report.add_argument("--only", metavar="OUT", action="append", default=None,
                         help="with --every: re-render only the entry whose out folder is OUT (repeatable)")
     report.add_argument("--keep-figures", action="store_true",
@@ -171,7 +182,43 @@ def check_claims_command(args: argparse.Namespace) -> int:
     return 1 if result.stale else 0
 
 
+def leaderboard_command(args: argparse.Namespace) -> int:
+    from simcalib.report.leaderboard import (
+        build_leaderboard,
+        leaderboard_excerpt,
+        read_families,
+        write_leaderboard,
+    )
+    from simcalib.report.summary import BEGIN, END, embed_summary
+
+    if args.every or args.source or args.out or args.title or args.splits or args.check_claims:
+        raise ConfigError("--leaderboard reads its families' results from FAMILIES and writes beside it; drop the "
+                          "report source, --every, --check-claims, --out, --title and --splits")
+    families = read_families(args.leaderboard)
+    targets = args.summary_in or []
+    out = Path(args.leaderboard).parent
+    for target in targets:  # checked before the work, so a wrong name costs nothing
+        if not Path(target).is_file() or BEGIN.format(out=out / "leaderboard.md") not in Path(target).read_text():
+            raise ConfigError(f"--summary-in {target}: no such file or no leaderboard block in it; put the two lines "
+                              f"{BEGIN.format(out=out / 'leaderboard.md')!r} and {END!r} where it goes")
+    result = build_leaderboard(families)
+    paths = write_leaderboard(result, out)
+    for path in paths:
+        print(f"leaderboard: {path}", flush=True)
+    for target in targets:
+        embed_summary(target, str(out / "leaderboard.md"),
+                      leaderboard_excerpt(result.table, result.recommendation, families, link=str(paths[0])))
+        print(f"summary: {target}", flush=True)
+    for row in result.recommendation.itertuples():
+        print(f"recommended for {row.family}: {row.calibrator} (mean ECE rank {row.ece_rank:.1f})", flush=True)
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
+    if getattr(args, "summary_in", None) and not getattr(args, "leaderboard", None):
+        raise ConfigError("--summary-in writes the leaderboard's excerpt; use it with --leaderboard FAMILIES")
+    if getattr(args, "leaderboard", None):
+        return leaderboard_command(args)
     if getattr(args, "check_claims", None):
         return check_claims_command(args)
     if args.every:

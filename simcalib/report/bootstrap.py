@@ -141,6 +141,23 @@ def median_interval(values: Sequence[float], splits: Sequence | None = None) -> 
     return _median_interval(tuple(tuple(float(v) for v in values[g]) for g in groups), unit)
 
 
+def resampled_means(values: np.ndarray, splits: Sequence, rng: np.random.Generator,
+                    n_resamples: int = N_RESAMPLES) -> np.ndarray:
+    """Column means of ``values`` [runs, C] over the runs of resampled splits, ``n_resamples`` times: [n_resamples, C].
+
+    The same resampling unit as :func:`mean_interval` (whole splits, the runs one by one where fewer than two splits
+    are named), for a statistic of several columns at once (e.g. the ranks of several calibrators on the same runs,
+    :mod:`simcalib.report.leaderboard`). Each resample draws as many units as there are, with replacement, from
+    ``rng``; the mean is over every run of the drawn units.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    groups, _ = _groups(len(values), splits)
+    sums = np.stack([values[g].sum(axis=0) for g in groups])  # [units, C]
+    counts = np.array([len(g) for g in groups], dtype=np.float64)  # [units]
+    drawn = rng.integers(0, len(groups), size=(n_resamples, len(groups)))  # [n_resamples, units]
+    return sums[drawn].sum(axis=1) / counts[drawn].sum(axis=1)[:, None]
+
+
 def split_icc(values: Sequence[float], splits: Sequence) -> float:
     """The share of the variance of ``values`` (one per run) that lies between splits: the one-way ANOVA
     estimate of the intraclass correlation with the split as the group (unequal group sizes: Searle's n0),
@@ -161,4 +178,4 @@ def split_icc(values: Sequence[float], splits: Sequence) -> float:
 
 
 __all__ = ["CONFIDENCE", "Interval", "METHOD", "N_RESAMPLES", "SEED", "fixed_digits", "interval_text", "mean_interval", "median_interval",
-           "ratio_interval", "split_icc"]
+           "ratio_interval", "resampled_means", "split_icc"]
