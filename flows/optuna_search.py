@@ -172,7 +172,7 @@ def code_fingerprint() -> str:
     import torch
     import torch_geometric
 
-    from flows.caching import library_fingerprint
+    from .caching import library_fingerprint
     from simcalib.tuning import objective
 
     digest = hashlib.sha256(library_fingerprint().encode())
@@ -220,7 +220,7 @@ def mlflow_callback(request: SearchRequest, name: str):
     from mlflow.tracking import MlflowClient
     from optuna_integration.mlflow import MLflowCallback
 
-    from flows.tracking import artifact_location, mark_model_training
+    from .tracking import artifact_location, mark_model_training
 
     uri = request.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
     client = MlflowClient(uri)

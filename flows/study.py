@@ -50,7 +50,7 @@ import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.caching import (
+from .caching import (
     benchmark_key,
     calibrate_across_runs_cache_key_fn,
     calibrate_across_runs_key,
@@ -59,7 +59,7 @@ from flows.caching import (
     pretrain_cache_key_fn,
     pretrain_key,
 )
-from flows.runners import make_task_runner, shared_api_server
+from .runners import make_task_runner, shared_api_server
 from simcalib.data.download import sha256
 from simcalib.errors import SimCalibError
 from simcalib.experiment.plan import BenchmarkPlan, StudyPlan, plan_study
@@ -875,7 +875,7 @@ class _Scheduler:
 
 
 def _tracker(study: StudyPlan, logger):
-    from flows.tracking import StudyTracker
+    from .tracking import StudyTracker
 
     tracker = StudyTracker(study.execution.tracking_uri, study.execution.experiment)
     logger.info("MLflow: experiment %r at %s", study.execution.experiment, study.execution.tracking_uri)
@@ -899,7 +899,7 @@ def _finish_benchmark(study: StudyPlan, plan: BenchmarkPlan, rows: list[dict], b
 def _log_benchmark(study: StudyPlan, plan: BenchmarkPlan, written: dict, backbone_stats: list[dict], tracker,
                    logger) -> dict:
     """Log one benchmark's ``results.csv`` and ``summary.csv`` (``written``) to MLflow (idempotent)."""
-    from flows.tracking import BenchmarkRecord, calibrator_hyperparameters, git_commit, package_versions
+    from .tracking import BenchmarkRecord, calibrator_hyperparameters, git_commit, package_versions
 
     results = pd.read_csv(written["results"])
     summary = pd.read_csv(written["summary"])
@@ -937,9 +937,9 @@ def _log_benchmark(study: StudyPlan, plan: BenchmarkPlan, written: dict, backbon
 def _report(study: StudyPlan, logger) -> str | None:
     """Run ``flows.report.report_flow`` on the study's output when that module exists; returns report.md."""
     try:
-        from flows.report import report_flow
+        from .report import report_flow
     except ModuleNotFoundError as exc:
-        if exc.name != "flows.report":
+        if exc.name != f"{__package__}.report":
             raise
         logger.info("no flows/report.py: skipping the report")
         return None
