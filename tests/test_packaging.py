@@ -33,6 +33,25 @@ def test_pyproject_version_is_the_installed_one():
     assert project["version"] == importlib.metadata.version("simcalib")
 
 
+def test_citation_and_changelog_name_the_release():
+    import yaml
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert citation["cff-version"] == "1.2.0" and citation["version"] == version
+    paper = citation["preferred-citation"]
+    assert paper["title"] == "SimCalib: Graph Neural Network Calibration based on Similarity between Nodes"
+    assert [a["family-names"] for a in paper["authors"]] == ["Tang", "Wu", "Wu", "Huang", "Chen", "Lei", "Meng"]
+    assert "AAAI-24" in paper["conference"]["name"] and paper["year"] == 2024
+    releases = re.findall(r"^## \[([^\]]+)\]", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert releases and releases[0] == version
+
+
+def test_license_file_is_mit():
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License") and "The SimCalib study system authors" in text
+
+
 # One fresh interpreter in which the named packages are absent (sys.modules[name] = None: importing them raises
 # ImportError and importlib.util.find_spec answers None) runs each command line of the CLI in turn and reports its
 # exit code, what it printed, and a traceback if one escaped.
