@@ -172,8 +172,9 @@ def code_fingerprint() -> str:
     import torch
     import torch_geometric
 
-    from .caching import library_fingerprint
     from simcalib.tuning import objective
+
+    from .caching import library_fingerprint
 
     digest = hashlib.sha256(library_fingerprint().encode())
     digest.update(Path(objective.__file__).read_bytes())

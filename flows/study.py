@@ -50,16 +50,6 @@ import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from .caching import (
-    benchmark_key,
-    calibrate_across_runs_cache_key_fn,
-    calibrate_across_runs_key,
-    calibrate_cache_key_fn,
-    calibrate_key,
-    pretrain_cache_key_fn,
-    pretrain_key,
-)
-from .runners import make_task_runner, shared_api_server
 from simcalib.data.download import sha256
 from simcalib.errors import SimCalibError
 from simcalib.experiment.plan import BenchmarkPlan, StudyPlan, plan_study
@@ -76,6 +66,17 @@ from simcalib.experiment.splits import check_split_sources
 from simcalib.experiment.study import TaskRunnerSpec, load_study
 from simcalib.store.integrity import check_append, check_results, finished_run, results_lock
 from simcalib.store.results_store import append_rows, check_results_file, read_results, summarize
+
+from .caching import (
+    benchmark_key,
+    calibrate_across_runs_cache_key_fn,
+    calibrate_across_runs_key,
+    calibrate_cache_key_fn,
+    calibrate_key,
+    pretrain_cache_key_fn,
+    pretrain_key,
+)
+from .runners import make_task_runner, shared_api_server
 
 TASK_RESULTS = "task-results"  # under the study's output folder
 COMPLETION = "completion.json"  # beside a benchmark's results.csv: what the finished file was computed from

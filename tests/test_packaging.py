@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import tomllib
 import zipfile
 from pathlib import Path
 
@@ -17,6 +16,11 @@ import pytest
 
 from simcalib.cli import main
 from simcalib.commands.orchestration import STUDY_MODULES, orchestration_package
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
 
 ROOT = Path(__file__).resolve().parent.parent
 
