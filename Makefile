@@ -27,7 +27,7 @@ export DO_NOT_TRACK = true
 export MLFLOW_DISABLE_TELEMETRY = true
 export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 
-.PHONY: install study headline test test-slow lint benchmark clean chromium report mutation gpu-check
+.PHONY: install study headline test test-slow lint benchmark clean chromium report mutation gpu-check docs
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -97,5 +97,10 @@ GPU_CHECK_OUT ?= reports/performance/gpu_check.txt
 gpu-check: install
 	$(PY) benchmarks/gpu_check.py --out $(GPU_CHECK_OUT)
 
+# The documentation site (mkdocs.yml: docs/ and the API reference from the docstrings) into site/; a warning
+# (a broken link, an equation that does not render) fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf .cache .prefect results
+	rm -rf .cache .prefect results site

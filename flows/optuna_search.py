@@ -172,8 +172,9 @@ def code_fingerprint() -> str:
     import torch
     import torch_geometric
 
-    from flows.caching import library_fingerprint
     from simcalib.tuning import objective
+
+    from .caching import library_fingerprint
 
     digest = hashlib.sha256(library_fingerprint().encode())
     digest.update(Path(objective.__file__).read_bytes())
@@ -220,7 +221,7 @@ def mlflow_callback(request: SearchRequest, name: str):
     from mlflow.tracking import MlflowClient
     from optuna_integration.mlflow import MLflowCallback
 
-    from flows.tracking import artifact_location, mark_model_training
+    from .tracking import artifact_location, mark_model_training
 
     uri = request.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
     client = MlflowClient(uri)

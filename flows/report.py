@@ -7,7 +7,7 @@ the study flow's), in which case the artifacts go to that run under ``report/``.
 
 Usage::
 
-    from flows.report import report_flow
+    from .report import report_flow
     report_flow("results/quick", "results/quick/report", paper_dir="../shared/paper")
 """
 

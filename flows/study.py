@@ -50,16 +50,6 @@ import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.caching import (
-    benchmark_key,
-    calibrate_across_runs_cache_key_fn,
-    calibrate_across_runs_key,
-    calibrate_cache_key_fn,
-    calibrate_key,
-    pretrain_cache_key_fn,
-    pretrain_key,
-)
-from flows.runners import make_task_runner, shared_api_server
 from simcalib.data.download import sha256
 from simcalib.errors import SimCalibError
 from simcalib.experiment.plan import BenchmarkPlan, StudyPlan, plan_study
@@ -76,6 +66,17 @@ from simcalib.experiment.splits import check_split_sources
 from simcalib.experiment.study import TaskRunnerSpec, load_study
 from simcalib.store.integrity import check_append, check_results, finished_run, results_lock
 from simcalib.store.results_store import append_rows, check_results_file, read_results, summarize
+
+from .caching import (
+    benchmark_key,
+    calibrate_across_runs_cache_key_fn,
+    calibrate_across_runs_key,
+    calibrate_cache_key_fn,
+    calibrate_key,
+    pretrain_cache_key_fn,
+    pretrain_key,
+)
+from .runners import make_task_runner, shared_api_server
 
 TASK_RESULTS = "task-results"  # under the study's output folder
 COMPLETION = "completion.json"  # beside a benchmark's results.csv: what the finished file was computed from
@@ -876,7 +877,7 @@ class _Scheduler:
 
 
 def _tracker(study: StudyPlan, logger):
-    from flows.tracking import StudyTracker
+    from .tracking import StudyTracker
 
     tracker = StudyTracker(study.execution.tracking_uri, study.execution.experiment)
     logger.info("MLflow: experiment %r at %s", study.execution.experiment, study.execution.tracking_uri)
@@ -900,7 +901,7 @@ def _finish_benchmark(study: StudyPlan, plan: BenchmarkPlan, rows: list[dict], b
 def _log_benchmark(study: StudyPlan, plan: BenchmarkPlan, written: dict, backbone_stats: list[dict], tracker,
                    logger) -> dict:
     """Log one benchmark's ``results.csv`` and ``summary.csv`` (``written``) to MLflow (idempotent)."""
-    from flows.tracking import BenchmarkRecord, calibrator_hyperparameters, git_commit, package_versions
+    from .tracking import BenchmarkRecord, calibrator_hyperparameters, git_commit, package_versions
 
     results = pd.read_csv(written["results"])
     summary = pd.read_csv(written["summary"])
@@ -938,9 +939,9 @@ def _log_benchmark(study: StudyPlan, plan: BenchmarkPlan, written: dict, backbon
 def _report(study: StudyPlan, logger) -> str | None:
     """Run ``flows.report.report_flow`` on the study's output when that module exists; returns report.md."""
     try:
-        from flows.report import report_flow
+        from .report import report_flow
     except ModuleNotFoundError as exc:
-        if exc.name != "flows.report":
+        if exc.name != f"{__package__}.report":
             raise
         logger.info("no flows/report.py: skipping the report")
         return None

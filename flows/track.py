@@ -25,10 +25,11 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from flows.tracking import TAG_BENCHMARK, TAG_CONTENT, TAG_ROLE, TAG_STUDY, BenchmarkRecord, StudyTracker
 from simcalib.errors import ConfigError
 from simcalib.store.integrity import CALIBRATOR_OPTIONS_COLUMN, check_results
 from simcalib.store.results_store import read_results, summarize
+
+from .tracking import TAG_BENCHMARK, TAG_CONTENT, TAG_ROLE, TAG_STUDY, BenchmarkRecord, StudyTracker
 
 REPORT_PARTS = ("report.md", "report.html", "summary.md", "README.md", "provenance.yaml", "figures", "tables",
                 "significance")

@@ -7,7 +7,7 @@ options to ``study/tuned/<Dataset>_<Backbone>.yaml``, where the study flow reads
 
 Usage::
 
-    from flows.tune import tune
+    from .tune import tune
     tune(benchmarks=["Cora/GCN", "Citeseer/GAT"], calibrators=["SimCalib", "GATS"], trials=30)
 
 The default task runner runs one search at a time (the protocol's fits are CPU-bound); pass
@@ -19,7 +19,6 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.optuna_search import SearchRequest, run_search
 from simcalib.backbones import backbone_name
 from simcalib.calibrators import canonical_calibrator
 from simcalib.data import get_spec
@@ -27,6 +26,8 @@ from simcalib.errors import ConfigError
 from simcalib.experiment.protocol import ProtocolSettings, make_runs, train_run_backbone
 from simcalib.seeding import STUDY_SEED
 from simcalib.tuning import DEFAULT_SPACE, ObjectiveSettings
+
+from .optuna_search import SearchRequest, run_search
 
 
 def parse_benchmark(text: str) -> tuple[str, str]:

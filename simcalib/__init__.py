@@ -3,4 +3,10 @@
 The library is pure PyTorch / torch_geometric: it imports no orchestration or tracking code.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _installed_version
+
+try:  # the version is pyproject.toml's, read from the installed package's metadata
+    __version__ = _installed_version("simcalib")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"

@@ -21,10 +21,18 @@ def build_parser() -> argparse.ArgumentParser:
     from simcalib.commands import COMMAND_MODULES
 
     parser = argparse.ArgumentParser(prog="simcalib", description="GNN calibration: SimCalib and the GATS-protocol benchmark")
+    parser.add_argument("--version", action="version", version=f"simcalib {simcalib_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         importlib.import_module(module).register(sub)
     return parser
+
+
+def simcalib_version() -> str:
+    """The installed distribution's version (``importlib.metadata``; pyproject.toml's ``version``)."""
+    import simcalib
+
+    return simcalib.__version__
 
 
 def quiet_environment() -> None:

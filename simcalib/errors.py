@@ -37,6 +37,11 @@ class ConfigError(SimCalibError):
     """A configuration value (option, study file entry) is invalid."""
 
 
+class MissingExtraError(SimCalibError):
+    """A command needs an optional group of packages (a pip extra such as ``simcalib[study]``) that is not
+    installed."""
+
+
 def resolve_name(name: str, valid: Iterable[str], kind: str) -> str:
     """Return the canonical spelling of ``name`` among ``valid``, matched case-insensitively.
 

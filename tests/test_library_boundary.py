@@ -1,5 +1,6 @@
 """The library boundary: every module of ``simcalib`` except the command-line layer (``simcalib/cli.py`` and
-``simcalib/commands/``) imports without the orchestration stack (``flows``, Prefect, MLflow, Optuna).
+``simcalib/commands/``) imports without the orchestration stack (``flows`` or ``simcalib_flows``, Prefect, MLflow,
+Optuna, Dask).
 
 Each check runs in a fresh interpreter whose import system refuses those packages, so a module that needs
 one fails to import, and one that merely pulls it in (an unused import) is caught by ``sys.modules``.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import simcalib
 
-ORCHESTRATION = ("flows", "prefect", "mlflow", "optuna")
+ORCHESTRATION = ("flows", "simcalib_flows", "prefect", "mlflow", "optuna", "dask")
 # The command-line layer wires the library to orchestration; everything else is library code.
 COMMAND_LAYER = ("simcalib.cli", "simcalib.commands")
 

@@ -234,8 +234,10 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError("--theory-reps must be at least 10")
     title = args.title or f"SimCalib study report: {name}"
     if args.flow:
-        from flows.report import report_flow
-        from flows.runners import start_temporary_server
+        from simcalib.commands.orchestration import flows_module
+
+        report_flow = flows_module("report", "report --flow").report_flow
+        start_temporary_server = flows_module("runners", "report --flow").start_temporary_server
 
         start_temporary_server()  # where no Prefect server is configured: one a Ctrl-C does not stop mid-flow
         md = Path(report_flow(str(results_dir), str(out), args.paper_dir, title, args.theory_reps, args.seed,
@@ -246,7 +248,9 @@ def _run(args: argparse.Namespace) -> int:
         md = build_report(results_dir, out, args.paper_dir, title, args.theory_reps, args.seed,
                           splits=args.splits, keep_figures=args.keep_figures).report_md
         if args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"):
-            from flows.report import log_report_to_mlflow
+            from simcalib.commands.orchestration import flows_module
+
+            log_report_to_mlflow = flows_module("report", "report (logging to MLflow)").log_report_to_mlflow
 
             run_id = log_report_to_mlflow(str(out), args.tracking_uri, name)
             print(f"logged to MLflow run {run_id}")

@@ -111,8 +111,11 @@ def check_study(args: argparse.Namespace) -> int:
         print(f"study {study.name}: {study.spec.description}")
     print("\n".join(plan.lines()))
     if any(benchmark.out_dir.is_dir() for benchmark in plan.benchmarks):
-        from flows.caching import library_fingerprint, source_fingerprint
-        from flows.study import benchmark_progress  # the flow's own task keys
+        from simcalib.commands.orchestration import flows_module
+
+        caching = flows_module("caching", "study check")
+        benchmark_progress = flows_module("study", "study check").benchmark_progress  # the flow's own task keys
+        library_fingerprint, source_fingerprint = caching.library_fingerprint, caching.source_fingerprint
 
         print(f"  progress in {study.output} (what `simcalib study run` takes from there instead of computing it)")
         code, source = library_fingerprint(), source_fingerprint()
@@ -127,9 +130,11 @@ def check_study(args: argparse.Namespace) -> int:
 
 
 def run_study(args: argparse.Namespace) -> int:
+    from simcalib.commands.orchestration import flows_module, require_study_extra
     from simcalib.experiment.plan import plan_study
     from simcalib.experiment.study import load_study
 
+    require_study_extra("study run")  # before any work: one line naming the extra
     overrides = overrides_from(args)
     study = load_study(args.study_file, overrides)  # input errors end here: one line, exit 2
     plan = plan_study(study)  # resolved once: the flow reads this plan
@@ -137,8 +142,8 @@ def run_study(args: argparse.Namespace) -> int:
     if not args.verbose:
         for key, value in QUIET_TASK_LOGS.items():
             os.environ.setdefault(key, value)
-    from flows.runners import start_temporary_server
-    from flows.study import study_flow
+    start_temporary_server = flows_module("runners").start_temporary_server
+    study_flow = flows_module("study").study_flow
 
     start_temporary_server()  # where no Prefect server is configured: one a Ctrl-C does not stop mid-study
     print(f"study {study.name}: {len(study.benchmarks())} benchmarks x {study.runs_per_benchmark()} runs x "
@@ -192,7 +197,9 @@ def print_outcome(result: dict) -> None:
           f"({len(result['benchmarks'])} benchmarks)")
     for line in result.get("splits", []):
         print(f"splits:  {line}")
-    from flows.tracking import runs_table_url
+    from simcalib.commands.orchestration import flows_module
+
+    runs_table_url = flows_module("tracking").runs_table_url
 
     uri = result["tracking_uri"]
     print(f"MLflow:  experiment {result['experiment']!r} in {uri}\n"

@@ -24,7 +24,9 @@ def register(sub) -> None:
 
 
 def run_track(args: argparse.Namespace) -> int:
-    from flows.track import track_results
+    from simcalib.commands.orchestration import flows_module
+
+    track_results = flows_module("track", "track").track_results
     from simcalib.commands.ui import tracking_uri_of
 
     uri = tracking_uri_of(args)

@@ -135,10 +135,14 @@ def run_screen(args: argparse.Namespace) -> int:
 def run_search_command(args: argparse.Namespace) -> int:
     import logging
 
+    from simcalib.commands.orchestration import flows_module
+
+    search = flows_module("optuna_search", "tune")  # the study extra checked before Optuna is imported
+    SearchRequest, evaluate_tuned, run_search = search.SearchRequest, search.evaluate_tuned, search.run_search
+
     import optuna
     import torch
 
-    from flows.optuna_search import SearchRequest, evaluate_tuned, run_search
     from simcalib.backbones import backbone_name
     from simcalib.calibrators import canonical_calibrator
     from simcalib.data import get_spec

@@ -45,7 +45,11 @@ def tracking_uri_of(args: argparse.Namespace) -> str:
 
 
 def run_ui(args: argparse.Namespace) -> int:
-    from flows.services import mlflow_ui, optuna_dashboard, port_in_use, prefect_server
+    from simcalib.commands.orchestration import flows_module
+
+    services = flows_module("services", "ui")
+    mlflow_ui, optuna_dashboard = services.mlflow_ui, services.optuna_dashboard
+    port_in_use, prefect_server = services.port_in_use, services.prefect_server
     from simcalib.errors import ConfigError
     from simcalib.tuning import optuna_storage
 
