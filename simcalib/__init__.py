@@ -4,3 +4,13 @@ The library is pure PyTorch / torch_geometric: it imports no orchestration or tr
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``simcalib.load_calibrator``: :func:`simcalib.calibrators.saving.load_calibrator`, imported when first used
+    (``import simcalib`` stays light)."""
+    if name == "load_calibrator":
+        from simcalib.calibrators.saving import load_calibrator
+
+        return load_calibrator
+    raise AttributeError(f"module 'simcalib' has no attribute {name!r}")
