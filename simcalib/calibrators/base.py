@@ -107,8 +107,8 @@ class CalibrationGraph:
         if y.dim() != 1 or y.numel() != n or y.is_floating_point() or y.dtype == torch.bool:
             raise ConfigError(f"labels y must be integer class indices [N] = [{n}] (one per row of the logits), got "
                               f"{str(y.dtype).removeprefix('torch.')} of shape {list(y.shape)}")
-        train_idx = node_indices(train_idx, n, "the training nodes (train_idx / train_mask)")
-        cal_idx = node_indices(cal_idx, n, "the calibration nodes (cal_idx / cal_mask)")
+        train_idx = node_indices(train_idx, n, "the training nodes (train_idx / train_mask)").to(y.device)
+        cal_idx = node_indices(cal_idx, n, "the calibration nodes (cal_idx / cal_mask)").to(y.device)
         if cal_idx.numel() == 0:
             raise ConfigError("the calibration nodes are empty; give the nodes to fit the calibrator on "
                               "(torch_geometric: data.val_mask)")
@@ -138,7 +138,10 @@ class CalibrationGraph:
         labels = torch.full_like(y, HIDDEN_LABEL)
         labels[labelled] = y[labelled]
         features = None if features is None else features.float()
-        return cls(logits.float(), hidden, edge_index.long(), labels, train_idx, cal_idx, features)
+        device = logits.device  # one device for every tensor: the logits'
+        hidden = None if hidden is None else hidden.to(device)
+        return cls(logits.float(), hidden, edge_index.long().to(device), labels.to(device), train_idx.to(device),
+                   cal_idx.to(device), None if features is None else features.to(device))
 
     @classmethod
     def from_data(cls, data, logits, hidden=None, train_mask=None, cal_mask=None) -> CalibrationGraph:
