@@ -7,10 +7,10 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    """``simcalib.load_calibrator``: :func:`simcalib.calibrators.saving.load_calibrator`, imported when first used
+    """``simcalib.load_calibrator``: :func:`simcalib.calibrators.load_calibrator`, imported when first used
     (``import simcalib`` stays light)."""
     if name == "load_calibrator":
-        from simcalib.calibrators.saving import load_calibrator
+        from simcalib.calibrators import load_calibrator
 
         return load_calibrator
     raise AttributeError(f"module 'simcalib' has no attribute {name!r}")

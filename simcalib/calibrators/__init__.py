@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from simcalib.calibrators.base import HIDDEN_LABEL, CalibrationGraph, Calibrator, TemperatureCalibrator
+from simcalib.calibrators.base import (
+    HIDDEN_LABEL,
+    SAVED_FORMAT,
+    SAVED_FORMAT_VERSION,
+    CalibrationGraph,
+    Calibrator,
+    TemperatureCalibrator,
+)
 from simcalib.calibrators.cagcn import CaGCN
 from simcalib.calibrators.capture import node_outputs
 from simcalib.calibrators.defaults import (
@@ -32,7 +39,6 @@ from simcalib.calibrators.gats import GATS
 from simcalib.calibrators.gets import GETS
 from simcalib.calibrators.irm import IRM
 from simcalib.calibrators.order_invariant import OrderInvariant
-from simcalib.calibrators.saving import load_calibrator
 from simcalib.calibrators.simcalib import SimCalib
 from simcalib.calibrators.spline import Spline
 from simcalib.calibrators.ts import TS
@@ -179,9 +185,11 @@ def build_calibrator(name: str, num_classes: int, dataset: str | None = None, ba
         calibrator = entry.cls(num_classes, **kwargs)
     except TypeError as exc:
         raise ConfigError(f"invalid options for calibrator {entry.name}: {exc}") from None
-    _warn_defaults_taken(entry.name, dataset, backbone, defaults_taken(entry.name, dataset, backbone, **options))
+    taken = defaults_taken(entry.name, dataset, backbone, **options)
+    _warn_defaults_taken(entry.name, dataset, backbone, taken)
+    definition = _definition(entry, kwargs, calibrator, taken)
     calibrator.built_from = {"name": entry.name, "num_classes": int(num_classes), "dataset": dataset,
-                             "backbone": backbone, "options": dict(options)}
+                             "backbone": backbone, "options": dict(options), "digest": definition.digest}
     return calibrator
 
 
@@ -233,19 +241,61 @@ def calibrator_definition(name: str, dataset: str | None = None, backbone: str |
     Unknown options raise a ConfigError naming the calibrator."""
     entry = CALIBRATORS[canonical_calibrator(name)]
     kwargs = _build_kwargs(entry, dataset, backbone, options)
+    _check_options(entry, kwargs)
+    # the training options a class may set in its constructor (e.g. WATS's 1000 epochs), read from a built model;
+    # built under a forked generator so that resolving a definition never moves the random stream of a fit
+    with torch.random.fork_rng(devices=[]):
+        model = entry.cls(2, **kwargs)  # the options do not depend on the number of classes
+    return _definition(entry, kwargs, model, defaults_taken(entry.name, dataset, backbone, **options))
+
+
+def _check_options(entry: CalibratorEntry, kwargs: dict) -> None:
     defaults = _constructor_defaults(entry.cls)
     unknown = sorted(set(kwargs) - set(defaults))
     if unknown:
         raise ConfigError(f"invalid options for calibrator {entry.name}: {', '.join(unknown)} (its options: "
                           f"{', '.join(sorted(defaults))})")
-    # the training options a class may set in its constructor (e.g. WATS's 1000 epochs), read from a built model;
-    # built under a forked generator so that resolving a definition never moves the random stream of a fit
-    with torch.random.fork_rng(devices=[]):
-        model = entry.cls(2, **kwargs)  # the options do not depend on the number of classes
+
+
+def _definition(entry: CalibratorEntry, kwargs: dict, model: Calibrator, taken: dict) -> CalibratorDefinition:
+    """The definition of ``entry`` built with ``kwargs`` as ``model``; ``taken``: :func:`defaults_taken`."""
     trained = {option: getattr(model, option) for option in TRAINING_OPTIONS}
-    return CalibratorDefinition(entry.name, {"class": entry.cls.__name__, **(entry.source or {}), **defaults,
-                                             **kwargs, **trained},
-                                defaults_taken(entry.name, dataset, backbone, **options))
+    return CalibratorDefinition(entry.name, {"class": entry.cls.__name__, **(entry.source or {}),
+                                             **_constructor_defaults(entry.cls), **kwargs, **trained}, taken)
+
+
+def load_calibrator(path, device="cpu") -> Calibrator:
+    """The fitted calibrator :meth:`Calibrator.save` wrote to ``path``, on ``device``, in evaluation mode.
+
+    It is rebuilt from what ``build_calibrator`` built it from; a file whose definition this simcalib resolves to
+    another digest (a default, preset or per-benchmark value changed since) is refused. The file is read with
+    ``torch.load(weights_only=True)``: plain values and tensors, no code runs."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ConfigError(f"no calibrator file at {path}") from None
+    except Exception as exc:  # torch raises several types for a file that is not its format
+        raise ConfigError(f"{path} is not a saved calibrator ({type(exc).__name__}); write one with "
+                          "calibrator.save(path)") from None
+    if not isinstance(saved, dict) or saved.get("format") != SAVED_FORMAT:
+        raise ConfigError(f"{path} is not a saved calibrator; write one with calibrator.save(path)")
+    if saved["format_version"] != SAVED_FORMAT_VERSION:
+        raise ConfigError(f"{path} has calibrator format {saved['format_version']}; this simcalib reads "
+                          f"{SAVED_FORMAT_VERSION} (saved by simcalib {saved['simcalib_version']})")
+    built = json.loads(saved["built_from"])
+    with torch.random.fork_rng(devices=[]):  # building draws initial weights; loading leaves the stream alone
+        with warnings.catch_warnings():  # stated when it was built
+            warnings.simplefilter("ignore", DefaultsTakenWarning)
+            calibrator = build_calibrator(built["name"], built["num_classes"], built["dataset"], built["backbone"],
+                                          **built["options"])
+        if calibrator.built_from["digest"] != built["digest"]:
+            raise ConfigError(f"{path}: {built['name']} as saved (simcalib {saved['simcalib_version']}, definition "
+                              f"{built['digest']}) resolves to another definition here "
+                              f"({calibrator.built_from['digest']}); load it with the simcalib that saved it, or "
+                              "fit it again")
+        calibrator.restore_state(saved["state"], json.loads(saved["attributes"]))  # may build modules: drawn here
+    calibrator.fit_info = json.loads(saved["fit_info"])
+    return calibrator.to(device)
 
 
 register_calibrator("UnCal", UnCal)

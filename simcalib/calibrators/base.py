@@ -15,8 +15,10 @@ Usage::
 from __future__ import annotations
 
 import functools
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -30,6 +32,15 @@ if TYPE_CHECKING:
     from simcalib.calibrators.signals import NodeSignals
 
 HIDDEN_LABEL = -1
+SAVED_FORMAT = "simcalib.calibrator"  # what Calibrator.save writes (simcalib.calibrators.load_calibrator reads)
+SAVED_FORMAT_VERSION = 1
+
+
+def _version() -> str:
+    try:
+        return metadata.version("simcalib")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def node_indices(nodes, num_nodes: int, what: str) -> Tensor:
@@ -367,11 +378,27 @@ class Calibrator(nn.Module, ABC):
                           f"{type(logits).__name__}")
 
     def save(self, path) -> None:
-        """Write the fitted calibrator and its definition to ``path``; :func:`simcalib.load_calibrator` reads it
-        back (a calibrator built by :func:`~simcalib.calibrators.build_calibrator`)."""
-        from simcalib.calibrators.saving import save_calibrator
-
-        save_calibrator(self, path)
+        """Write the fitted calibrator to ``path``: what :func:`~simcalib.calibrators.build_calibrator` built it
+        from (name, classes, dataset, backbone, options, the definition's digest), its state dict, its
+        ``fitted_attributes`` and ``fit_info``; :func:`simcalib.load_calibrator` reads it back."""
+        built = getattr(self, "built_from", None)
+        if built is None:
+            raise ConfigError(f"{self.name} was not built by simcalib.calibrators.build_calibrator, so its "
+                              "definition is unknown: build it with build_calibrator(name, num_classes, ...) to save it")
+        if not self.fit_info and any(p.requires_grad for p in self.parameters()):
+            raise ConfigError(f"{self.name} is not fitted; fit it before saving")
+        try:
+            built_text = json.dumps(built, sort_keys=True)
+            attributes = json.dumps({name: getattr(self, name) for name in self.fitted_attributes})
+        except TypeError as exc:
+            raise ConfigError(f"{self.name}: its options or fitted attributes are not plain values ({exc}), "
+                              "so it cannot be saved") from None
+        torch.save({
+            "format": SAVED_FORMAT, "format_version": SAVED_FORMAT_VERSION, "simcalib_version": _version(),
+            "built_from": built_text, "attributes": attributes,
+            "state": {key: value.detach().cpu() for key, value in self.state_dict().items()},
+            "fit_info": json.dumps(self.fit_info, default=float),
+        }, path)
 
     def restore_state(self, state: dict, attributes: dict) -> None:
         """Take a saved state dict and ``fitted_attributes``; buffers a fit resizes (e.g. IRM's knots) take the
