@@ -10,3 +10,13 @@ try:  # the version is pyproject.toml's, read from the installed package's metad
     __version__ = _installed_version("simcalib")
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
+
+
+def __getattr__(name: str):
+    """``simcalib.load_calibrator``: :func:`simcalib.calibrators.load_calibrator`, imported when first used
+    (``import simcalib`` stays light)."""
+    if name == "load_calibrator":
+        from simcalib.calibrators import load_calibrator
+
+        return load_calibrator
+    raise AttributeError(f"module 'simcalib' has no attribute {name!r}")

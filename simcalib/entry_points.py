@@ -24,7 +24,7 @@ import importlib
 from dataclasses import dataclass
 from importlib import metadata
 
-from simcalib.errors import ConfigError, UnknownNameError
+from simcalib.errors import ConfigError, UnknownNameError, did_you_mean
 
 CALIBRATOR_GROUP = "simcalib.calibrators"
 DATASET_GROUP = "simcalib.datasets"
@@ -115,8 +115,10 @@ def resolve_external(name: str, group: str, kind: str, builtin: list[str]) -> Ex
         obj = load_reference(name, kind)
         package, version = _distribution_of(name.partition(":")[0])
         return ExternalObject(name, name, obj, package, version)
-    installed = ", ".join(ep.name for ep in entry_points(group)) or "none installed"
-    raise UnknownNameError(f"unknown {kind} {name!r}; valid {kind}s are: {', '.join(builtin)}; or an entry point "
+    installed_names = [ep.name for ep in entry_points(group)]
+    installed = ", ".join(installed_names) or "none installed"
+    hint = did_you_mean(name, [*builtin, *installed_names])
+    raise UnknownNameError(f"unknown {kind} {name!r}{hint}; valid {kind}s are: {', '.join(builtin)}; or an entry point "
                            f"of group {group} (installed: {installed}): install the package that provides "
                            f"{name!r}, or name an object of another package as package.module:Name")
 

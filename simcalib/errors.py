@@ -7,6 +7,7 @@ traceback and exits non-zero; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 
@@ -42,6 +43,17 @@ class MissingExtraError(SimCalibError):
     installed."""
 
 
+class DefaultsTakenWarning(UserWarning):
+    """A per-benchmark default (a weight decay, GATS's bias...) applied to a graph that is not a benchmark graph."""
+
+
+def did_you_mean(name: str, valid: Iterable[str]) -> str:
+    """``" (did you mean 'X'?)"`` for the closest of ``valid`` to ``name`` (difflib, case-insensitive), or ''."""
+    by_lower = {str(v).lower(): v for v in valid}
+    close = difflib.get_close_matches(str(name).strip().lower(), list(by_lower), n=1, cutoff=0.75)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+
+
 def resolve_name(name: str, valid: Iterable[str], kind: str) -> str:
     """Return the canonical spelling of ``name`` among ``valid``, matched case-insensitively.
 
@@ -53,5 +65,5 @@ def resolve_name(name: str, valid: Iterable[str], kind: str) -> str:
     if key in by_lower:
         return by_lower[key]
     raise UnknownNameError(
-        f"unknown {kind} {name!r}; valid {kind}s are: {', '.join(valid)}"
+        f"unknown {kind} {name!r}{did_you_mean(name, valid)}; valid {kind}s are: {', '.join(valid)}"
     )

@@ -7,17 +7,31 @@ configurations of one implementation, not copies. Names are matched case-insensi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from simcalib.calibrators.base import HIDDEN_LABEL, CalibrationGraph, Calibrator, TemperatureCalibrator
+from simcalib.calibrators.base import (
+    HIDDEN_LABEL,
+    SAVED_FORMAT,
+    SAVED_FORMAT_VERSION,
+    CalibrationGraph,
+    Calibrator,
+    TemperatureCalibrator,
+)
 from simcalib.calibrators.cagcn import CaGCN
-from simcalib.calibrators.defaults import SIMCALIB_DECAY_ALL_WEIGHT_DECAY, default_weight_decay
+from simcalib.calibrators.capture import node_outputs
+from simcalib.calibrators.defaults import (
+    SIMCALIB_DECAY_ALL_WEIGHT_DECAY,
+    default_weight_decay,
+    weight_decay_is_per_benchmark,
+)
 from simcalib.calibrators.dirichlet import Dirichlet
 from simcalib.calibrators.ets import ETS
 from simcalib.calibrators.external import find_external_calibrator
@@ -31,7 +45,7 @@ from simcalib.calibrators.ts import TS
 from simcalib.calibrators.uncal import UnCal
 from simcalib.calibrators.vs import VS
 from simcalib.calibrators.wats import WATS
-from simcalib.errors import ConfigError, UnknownNameError, resolve_name
+from simcalib.errors import ConfigError, DefaultsTakenWarning, UnknownNameError, did_you_mean, resolve_name
 
 
 @dataclass(frozen=True)
@@ -102,6 +116,58 @@ def _build_kwargs(entry: CalibratorEntry, dataset: str | None, backbone: str | N
     return {**protocol, **per_benchmark, **entry.preset, **options}
 
 
+@functools.cache
+def _per_benchmark_options(entry_name: str) -> tuple[str, ...]:
+    """The options whose default ``entry_name`` looks up per benchmark: the weight decay where it has a table,
+    and every option its class's ``benchmark_defaults`` sets on some benchmark graph; less its preset's."""
+    from simcalib.backbones.models import BACKBONES
+    from simcalib.data.registry import dataset_names
+
+    entry = CALIBRATORS[entry_name]
+    options = set()
+    if entry.source is None and weight_decay_is_per_benchmark(entry.cls.name):
+        options.add("weight_decay")
+    benchmark_defaults = getattr(entry.cls, "benchmark_defaults", None)
+    if benchmark_defaults is not None:
+        for dataset in dataset_names():
+            for backbone in BACKBONES:
+                options.update(benchmark_defaults(dataset, backbone))
+    return tuple(sorted(options - set(entry.preset)))
+
+
+def defaults_taken(name: str, dataset: str | None, backbone: str | None = None, **options) -> dict:
+    """On a graph that is not a benchmark graph (``dataset`` None or not built in): each per-benchmark default
+    of ``name`` that ``options`` leave open, with the value it took (the value the defaults give every graph
+    outside their tables); {} on a benchmark graph."""
+    from simcalib.data.registry import dataset_names
+
+    if dataset in dataset_names():
+        return {}
+    entry = CALIBRATORS[canonical_calibrator(name)]
+    kwargs = _build_kwargs(entry, dataset, backbone, options)
+    defaults = _constructor_defaults(entry.cls)
+    return {option: kwargs.get(option, defaults.get(option)) for option in _per_benchmark_options(entry.name)
+            if option not in options}
+
+
+_WARNED: set = set()  # (calibrator, dataset, backbone) whose defaults_taken were warned about in this process
+
+
+def _warn_defaults_taken(name: str, dataset: str | None, backbone: str | None, taken: dict) -> None:
+    key = (name, dataset, backbone)
+    if not taken or key in _WARNED:
+        return
+    _WARNED.add(key)
+    from simcalib.data.registry import dataset_names
+
+    graph = "a graph given without a dataset name" if dataset is None else f"graph {dataset!r}"
+    hint = did_you_mean(dataset, dataset_names()) if dataset is not None else ""
+    values = ", ".join(f"{option}={value!r}" for option, value in taken.items())
+    warnings.warn(f"{name} on {graph}, not a benchmark graph{hint}: its per-benchmark defaults took {values} "
+                  "(their value off the benchmark tables); pass these options to choose them (docs/own-graph.md)",
+                  DefaultsTakenWarning, stacklevel=3)
+
+
 def build_calibrator(name: str, num_classes: int, dataset: str | None = None, backbone: str | None = None,
                      **options) -> Calibrator:
     """Instantiate a registered calibrator with the protocol defaults for (dataset, backbone).
@@ -109,14 +175,22 @@ def build_calibrator(name: str, num_classes: int, dataset: str | None = None, ba
     ``options`` override the preset and the default weight decay; unknown options raise a ConfigError
     naming the calibrator. A ``*_tuned`` name is its base calibrator with the options a search stored for the
     benchmark: the study and the command line read them (:func:`simcalib.tuning.store.load_tuned_params`) and
-    pass them here as ``options``; the library reads no file.
+    pass them here as ``options``; the library reads no file. On a graph that is not a benchmark graph, the
+    per-benchmark defaults it takes are warned about once (:func:`defaults_taken`, docs/own-graph.md). The
+    calibrator keeps what it was built from (``built_from``), which :meth:`Calibrator.save` writes.
     """
     entry = CALIBRATORS[canonical_calibrator(name)]
     kwargs = _build_kwargs(entry, dataset, backbone, options)
     try:
-        return entry.cls(num_classes, **kwargs)
+        calibrator = entry.cls(num_classes, **kwargs)
     except TypeError as exc:
         raise ConfigError(f"invalid options for calibrator {entry.name}: {exc}") from None
+    taken = defaults_taken(entry.name, dataset, backbone, **options)
+    _warn_defaults_taken(entry.name, dataset, backbone, taken)
+    definition = _definition(entry, kwargs, calibrator, taken)
+    calibrator.built_from = {"name": entry.name, "num_classes": int(num_classes), "dataset": dataset,
+                             "backbone": backbone, "options": dict(options), "digest": definition.digest}
+    return calibrator
 
 
 TRAINING_OPTIONS = ("lr", "weight_decay", "max_epochs", "patience")  # Calibrator's own, kept as attributes
@@ -144,6 +218,9 @@ class CalibratorDefinition:
 
     name: str
     options: dict  # {"class": class name, [package, version, entry,] option: value, ...}
+    # on a graph that is not a benchmark graph: each per-benchmark default taken, option -> value
+    # (:func:`defaults_taken`); not part of :attr:`text`, which the options alone define
+    defaults_taken: dict = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -164,18 +241,61 @@ def calibrator_definition(name: str, dataset: str | None = None, backbone: str |
     Unknown options raise a ConfigError naming the calibrator."""
     entry = CALIBRATORS[canonical_calibrator(name)]
     kwargs = _build_kwargs(entry, dataset, backbone, options)
+    _check_options(entry, kwargs)
+    # the training options a class may set in its constructor (e.g. WATS's 1000 epochs), read from a built model;
+    # built under a forked generator so that resolving a definition never moves the random stream of a fit
+    with torch.random.fork_rng(devices=[]):
+        model = entry.cls(2, **kwargs)  # the options do not depend on the number of classes
+    return _definition(entry, kwargs, model, defaults_taken(entry.name, dataset, backbone, **options))
+
+
+def _check_options(entry: CalibratorEntry, kwargs: dict) -> None:
     defaults = _constructor_defaults(entry.cls)
     unknown = sorted(set(kwargs) - set(defaults))
     if unknown:
         raise ConfigError(f"invalid options for calibrator {entry.name}: {', '.join(unknown)} (its options: "
                           f"{', '.join(sorted(defaults))})")
-    # the training options a class may set in its constructor (e.g. WATS's 1000 epochs), read from a built model;
-    # built under a forked generator so that resolving a definition never moves the random stream of a fit
-    with torch.random.fork_rng(devices=[]):
-        model = entry.cls(2, **kwargs)  # the options do not depend on the number of classes
+
+
+def _definition(entry: CalibratorEntry, kwargs: dict, model: Calibrator, taken: dict) -> CalibratorDefinition:
+    """The definition of ``entry`` built with ``kwargs`` as ``model``; ``taken``: :func:`defaults_taken`."""
     trained = {option: getattr(model, option) for option in TRAINING_OPTIONS}
-    return CalibratorDefinition(entry.name, {"class": entry.cls.__name__, **(entry.source or {}), **defaults,
-                                             **kwargs, **trained})
+    return CalibratorDefinition(entry.name, {"class": entry.cls.__name__, **(entry.source or {}),
+                                             **_constructor_defaults(entry.cls), **kwargs, **trained}, taken)
+
+
+def load_calibrator(path, device="cpu") -> Calibrator:
+    """The fitted calibrator :meth:`Calibrator.save` wrote to ``path``, on ``device``, in evaluation mode.
+
+    It is rebuilt from what ``build_calibrator`` built it from; a file whose definition this simcalib resolves to
+    another digest (a default, preset or per-benchmark value changed since) is refused. The file is read with
+    ``torch.load(weights_only=True)``: plain values and tensors, no code runs."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ConfigError(f"no calibrator file at {path}") from None
+    except Exception as exc:  # torch raises several types for a file that is not its format
+        raise ConfigError(f"{path} is not a saved calibrator ({type(exc).__name__}); write one with "
+                          "calibrator.save(path)") from None
+    if not isinstance(saved, dict) or saved.get("format") != SAVED_FORMAT:
+        raise ConfigError(f"{path} is not a saved calibrator; write one with calibrator.save(path)")
+    if saved["format_version"] != SAVED_FORMAT_VERSION:
+        raise ConfigError(f"{path} has calibrator format {saved['format_version']}; this simcalib reads "
+                          f"{SAVED_FORMAT_VERSION} (saved by simcalib {saved['simcalib_version']})")
+    built = json.loads(saved["built_from"])
+    with torch.random.fork_rng(devices=[]):  # building draws initial weights; loading leaves the stream alone
+        with warnings.catch_warnings():  # stated when it was built
+            warnings.simplefilter("ignore", DefaultsTakenWarning)
+            calibrator = build_calibrator(built["name"], built["num_classes"], built["dataset"], built["backbone"],
+                                          **built["options"])
+        if calibrator.built_from["digest"] != built["digest"]:
+            raise ConfigError(f"{path}: {built['name']} as saved (simcalib {saved['simcalib_version']}, definition "
+                              f"{built['digest']}) resolves to another definition here "
+                              f"({calibrator.built_from['digest']}); load it with the simcalib that saved it, or "
+                              "fit it again")
+        calibrator.restore_state(saved["state"], json.loads(saved["attributes"]))  # may build modules: drawn here
+    calibrator.fit_info = json.loads(saved["fit_info"])
+    return calibrator.to(device)
 
 
 register_calibrator("UnCal", UnCal)
@@ -225,6 +345,6 @@ __all__ = [
     "CALIBRATORS", "ETS", "GATS", "GETS", "HIDDEN_LABEL", "IRM", "TS", "VS", "CaGCN", "CalibrationGraph",
     "Calibrator", "CalibratorDefinition", "CalibratorEntry", "Dirichlet", "is_external", "OrderInvariant", "SimCalib", "Spline",
     "TemperatureCalibrator", "UnCal", "WATS", "build_calibrator", "calibrator_definition", "calibrator_names",
-    "calibrator_seed_name", "canonical_calibrator",
-    "default_weight_decay", "register_calibrator",
+    "calibrator_seed_name", "canonical_calibrator", "defaults_taken",
+    "default_weight_decay", "load_calibrator", "node_outputs", "register_calibrator",
 ]

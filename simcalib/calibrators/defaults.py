@@ -28,12 +28,20 @@ ORDER_INVARIANT_WEIGHT_DECAY = {
 }
 
 
+# closed-form fits (irm, spline); Dirichlet regularises by ODIR instead; GETS: its configs' own (GETS_CONFIGS);
+# WATS's configs use none. Every other method's default weight decay is per benchmark.
+NO_WEIGHT_DECAY = ("uncal", "ts", "vs", "ets", "irm", "spline", "dirichlet", "gets", "wats")
+
+
+def weight_decay_is_per_benchmark(method: str) -> bool:
+    """Whether ``method``'s default weight decay depends on the benchmark (a table with a value elsewhere)."""
+    return method.lower() not in NO_WEIGHT_DECAY
+
+
 def default_weight_decay(method: str, dataset: str | None = None, backbone: str | None = None) -> float:
     """The protocol's default weight decay of ``method`` on (dataset, backbone)."""
     method = method.lower()
-    # closed-form fits (irm, spline); Dirichlet regularises by ODIR instead; GETS: its configs' own (GETS_CONFIGS);
-    # WATS's configs use none
-    if method in ("uncal", "ts", "vs", "ets", "irm", "spline", "dirichlet", "gets", "wats"):
+    if not weight_decay_is_per_benchmark(method):
         return 0.0
     if method == "orderinvariant":
         return ORDER_INVARIANT_WEIGHT_DECAY.get((dataset, backbone), 5e-4)

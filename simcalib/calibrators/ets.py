@@ -26,6 +26,7 @@ class ETS(Calibrator):
     """
 
     name = "ETS"
+    needs_graph = False
 
     def __init__(self, num_classes: int, **kwargs):
         super().__init__(num_classes, **kwargs)

@@ -165,7 +165,7 @@ class GETS(GraphInputsCache, Calibrator):
 
     def feature_matrix(self, graph: CalibrationGraph) -> Tensor:
         """X: the node features ("raw") or the backbone's first-layer representation ("hidden")."""
-        return graph.require_features(self.name) if self.features == "raw" else graph.hidden
+        return graph.require_features(self.name) if self.features == "raw" else graph.require_hidden(self.name)
 
     def prepare(self, graph: CalibrationGraph) -> None:
         if self.feature_projections is None:
@@ -187,6 +187,26 @@ class GETS(GraphInputsCache, Calibrator):
             self.gate_projection = nn.Linear(feature_width, self.feature_dim).to(graph.device)
         super().prepare(graph)
 
+    def restore_state(self, state: dict, attributes: dict) -> None:
+        """The modules :meth:`prepare` sizes on the first graph, sized from a saved ``state``, then the state."""
+        if self.feature_projections is None:
+            feature_width = state["gate_projection.weight"].shape[1]
+            degree_experts = [str(e) for e, kinds in enumerate(EXPERT_INPUTS) if "degree" in kinds]
+            self.feature_projections = nn.ModuleDict({
+                str(e): nn.Linear(feature_width, self.feature_dim)
+                for e, kinds in enumerate(EXPERT_INPUTS) if "features" in kinds})
+            if self.degree_embedding == "trained":
+                rows = state[f"degree_embeddings.{degree_experts[0]}.weight"].shape[0]
+                self.degree_embeddings = nn.ModuleDict({
+                    key: nn.Embedding(rows, self.degree_dim) for key in degree_experts})
+            else:
+                self.degree_embeddings = nn.ModuleDict()
+                self.degree_keys = degree_experts
+                for key in degree_experts:
+                    self.register_buffer(f"degree_table_{key}", torch.empty_like(state[f"degree_table_{key}"]))
+            self.gate_projection = nn.Linear(feature_width, self.feature_dim)
+        super().restore_state(state, attributes)
+
     def degree_tables(self) -> dict[str, Tensor]:
         """E^e [max degree + 1, degree_dim] per degree expert (its key: the expert's index)."""
         if self.degree_embedding == "trained":
@@ -198,7 +218,7 @@ class GETS(GraphInputsCache, Calibrator):
         degree = graph.degree().long().clamp(max=largest)
         if self.features == "hidden":  # Â [z | X^(1) | 1], as one product
             ones = torch.ones(graph.num_nodes, 1, device=graph.device)
-            constant = torch.cat([graph.logits, graph.hidden, ones], dim=1)
+            constant = torch.cat([graph.logits, graph.require_hidden(self.name), ones], dim=1)
             propagated, adj = TwoLayerGCN.propagate_inputs(constant, graph.edge_index, graph.num_nodes) \
                 if self.self_loops else self._propagated(constant, graph)
             k, h = graph.num_classes, graph.hidden.shape[1]

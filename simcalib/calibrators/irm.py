@@ -61,6 +61,7 @@ class IRM(Calibrator):
     """
 
     name = "IRM"
+    needs_graph = False
 
     def __init__(self, num_classes: int, **kwargs):
         super().__init__(num_classes, **kwargs)

@@ -20,13 +20,15 @@ def labelled_subgraph(graph: CalibrationGraph, fit_idx: Tensor, stop_idx: Tensor
     new_fit = torch.arange(len(fit_idx), device=nodes.device)
     new_stop = torch.arange(len(fit_idx), len(nodes), device=nodes.device)
     no_edges = graph.edge_index.new_zeros(2, 0)
-    sub = CalibrationGraph(graph.logits[nodes], graph.hidden[nodes], no_edges, graph.labels[nodes],
+    sub = CalibrationGraph(graph.logits[nodes], None if graph.hidden is None else graph.hidden[nodes], no_edges, graph.labels[nodes],
                            new_stop, new_fit)
     return sub, new_fit, new_stop
 
 
 class NodewiseCalibrator(Calibrator):
     """A :class:`Calibrator` whose ``forward`` is row by row in the logits; ``fit`` sees the labelled rows only."""
+
+    needs_graph = False
 
     def fit(self, graph: CalibrationGraph, fit_idx: Tensor | None = None, stop_idx: Tensor | None = None):
         fit_idx, stop_idx = self.check_fit_nodes(graph, fit_idx, stop_idx)

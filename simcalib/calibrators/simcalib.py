@@ -139,6 +139,7 @@ class SimCalib(GraphInputsCache, Calibrator):
     """
 
     name = "SimCalib"
+    fitted_attributes = ("point",)
     # Only a strictly lower early-stopping NLL resets a point's patience (a tie still keeps the later
     # parameters): with the GATS code's `<=`, a point whose early-stopping NLL stops changing trains to the cap.
     tie_resets_patience = False
@@ -243,7 +244,7 @@ class SimCalib(GraphInputsCache, Calibrator):
             if self.feature_input == "logits":  # ablation l
                 s = graph.logits
             else:
-                distances = mahalanobis_to_prototypes(graph.hidden, graph.labels, graph.train_idx, self.num_classes,
+                distances = mahalanobis_to_prototypes(graph.require_hidden(self.name), graph.labels, graph.train_idx, self.num_classes,
                                                       self.covariance_ridge)
                 s = normalized_similarity(distances).to(graph.device)  # [N, K]
             if self.standardize_similarity:  # each coordinate to mean 0, std 1 over all nodes (no label read)

@@ -54,6 +54,7 @@ class Spline(Calibrator):
     """
 
     name = "Spline"
+    needs_graph = False
 
     def __init__(self, num_classes: int, knots: int = 7, **kwargs):
         super().__init__(num_classes, **kwargs)

@@ -20,6 +20,7 @@ class TS(TemperatureCalibrator):
     """
 
     name = "TS"
+    needs_graph = False
 
     def __init__(self, num_classes: int, **kwargs):
         super().__init__(num_classes, **kwargs)

@@ -12,6 +12,7 @@ class UnCal(Calibrator):
     r""":math:`\hat p_i = \mathrm{softmax}(z_i)`: the reference every calibrator is compared with."""
 
     name = "UnCal"
+    needs_graph = False
 
     def forward(self, graph: CalibrationGraph) -> Tensor:
         return F.log_softmax(graph.logits, dim=-1)

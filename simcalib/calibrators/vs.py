@@ -22,6 +22,7 @@ class VS(Calibrator):
     """
 
     name = "VS"
+    needs_graph = False
     accuracy_preserving = False
 
     def __init__(self, num_classes: int, train_bias: bool = False, **kwargs):
