@@ -100,3 +100,25 @@ def test_a_reports_page_joins_the_nav(tmp_path):
     config.write_text(config.read_text().replace("reports/board/leaderboard.md", "reports/board/missing.md"))
     done = build(config, tmp_path / "site2")
     assert done.returncode != 0 and "reports/board/missing.md" in done.stderr
+
+
+def test_browser_finds_the_leaderboard_table_on_the_site(site, chromium, artifacts_dir):
+    """The leaderboard page of the built site, opened in headless Chromium: its first table lists the calibrators
+    of the homophilous family with the calibrator reports/recommendation.csv recommends among them, and the
+    site's navigation reaches the headline report."""
+    import csv
+
+    page = site / "reports" / "leaderboard.html"
+    assert page.is_file(), "mkdocs.yml's nav has no reports/leaderboard.md"
+    dom = chromium.dom(page.as_uri(), wait_ms=3000)
+    tables = re.findall(r"<table.*?</table>", dom, re.S)
+    assert tables, "the rendered leaderboard page has no table"
+    first = tables[0]
+    headers = [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<th[^>]*>.*?</th>", first, re.S)]
+    assert headers[:2] == ["Calibrator", "ECE rank [95% CI]"], headers
+    with open(ROOT / "reports" / "recommendation.csv", newline="") as handle:
+        recommended = {row["family"]: row["calibrator"] for row in csv.DictReader(handle)}
+    cells = [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<td[^>]*>.*?</td>", first, re.S)]
+    assert recommended["homophilous"] in cells
+    assert "offline/report.html" in dom  # the navigation reaches the headline report
+    chromium.screenshot(page.as_uri(), artifacts_dir / "leaderboard_page.png")
