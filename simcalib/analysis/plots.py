@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from simcalib.analysis import palette
 from simcalib.metrics import N_BINS, ece, reliability_bins
 
 
@@ -79,11 +79,13 @@ def confidence_histogram(confidences: Mapping[str, np.ndarray], ax: Axes | None 
 
 
 def confidence_histogram_from_counts(counts: Mapping[str, np.ndarray], ax: Axes | None = None,
-                                     title: str | None = None) -> Axes:
-    """The same densities from counts in equal-width bins over [0, 1] (e.g. pooled :mod:`simcalib.analysis.figure_bins`)."""
+                                     title: str | None = None, colors: Mapping[str, str] | None = None) -> Axes:
+    """The same densities from counts in equal-width bins over [0, 1] (e.g. pooled :mod:`simcalib.analysis.figure_bins`);
+    ``colors``: each name's colour (default: each calibrator's own, :mod:`simcalib.analysis.palette`)."""
     ax = ax if ax is not None else _new_axes((5.0, 3.5))
-    palette = sns.color_palette("colorblind", n_colors=max(len(counts), 1))
-    for (name, values), color in zip(counts.items(), palette):
+    colors = dict(colors) if colors is not None else palette.colors(counts)
+    for name, values in counts.items():
+        color = colors[name]
         values = np.asarray(values, dtype=float)
         edges = np.linspace(0.0, 1.0, len(values) + 1)
         density = values / max(values.sum(), 1) / np.diff(edges)
