@@ -33,8 +33,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from simcalib.analysis.figure_bins import FIGURE_CALIBRATORS, N_GROUPS, FigureBins, from_json, pool, summarise
 from simcalib.analysis import palette
+from simcalib.analysis.figure_bins import FIGURE_CALIBRATORS, N_GROUPS, FigureBins, from_json, pool, summarise
 from simcalib.analysis.plots import confidence_histogram_from_counts, reliability_diagram_from_bins
 from simcalib.errors import DataCorruptError
 from simcalib.report.bootstrap import mean_interval, median_interval, ratio_interval
@@ -546,7 +546,8 @@ def theory_figure(table: pd.DataFrame) -> Figure:
     return fig
 
 
-__all__ = ["EFFICIENCY_METHODS", "SIMILARITY_METHODS", "confidence_grid", "cost_figure", "cost_frame",
+__all__ = ["COST_FIGURE_METHODS", "COST_FRAME_METHODS", "EFFICIENCY_METHODS", "REPORT_FIGURE_CALIBRATORS",
+           "SIMILARITY_METHODS", "confidence_grid", "cost_figure", "cost_frame",
            "data_efficiency_figure", "efficiency_frame", "feature_similarity_figure", "figure_bins_frame",
            "reliability_grid", "reliability_intervals", "save_figure", "similarity_groups", "similarity_summary",
-           "smooth_curves", "smooth_reliability", "theory_figure"]
+           "shown_methods", "smooth_curves", "smooth_reliability", "theory_figure"]
