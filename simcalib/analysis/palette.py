@@ -25,7 +25,7 @@ class Style:
 
 STYLES: dict[str, Style] = {
     # the paper's seven
-    "UnCal": Style("#505050", "x"),
+    "UnCal": Style("#8c8c8c", "x"),  # light enough for the reliability diagram's black hatching
     "TS": Style("#1f77b4", "o"),
     "VS": Style("#17becf", "v"),
     "ETS": Style("#bcbd22", "<"),

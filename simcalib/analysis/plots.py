@@ -26,7 +26,7 @@ def reliability_diagram(probs, labels, ax: Axes | None = None, title: str | None
                         n_bins: int = N_BINS, color: str = "tab:blue", legend: bool = True) -> Axes:
     """Reliability diagram of predictions ``probs`` [N, K] with ``labels`` [N]; returns the Axes.
 
-    Bars: accuracy per bin (empty bins are blank); red hatching: the gap between a bin's accuracy and its
+    Bars: accuracy per bin (empty bins are blank); black hatching: the gap between a bin's accuracy and its
     mean confidence (above the bar when overconfident, inside it when underconfident); dashed line:
     perfect calibration. The ECE (%) is in the legend, or appended to the title when ``legend=False``.
     """
@@ -54,7 +54,7 @@ def reliability_diagram_from_bins(count, confidence_sum, correct_sum, ax: Axes |
         ece_pct = 100 * np.abs(correct_sum - confidence_sum).sum() / max(count.sum(), 1)
     ax.bar(centers, accuracy, width=width, color=color, edgecolor="black", linewidth=0.5, label="accuracy")
     low, high = np.minimum(accuracy, confidence)[filled], np.maximum(accuracy, confidence)[filled]
-    ax.bar(centers[filled], high - low, bottom=low, width=width, fill=False, hatch="////", edgecolor="tab:red",
+    ax.bar(centers[filled], high - low, bottom=low, width=width, fill=False, hatch="////", edgecolor="black",
            linewidth=0.0, label="gap to mean confidence")
     ax.plot([0, 1], [0, 1], linestyle="--", color="gray", linewidth=1, label="perfect calibration")
     ax.set_xlim(0, 1)
