@@ -33,6 +33,7 @@ from simcalib.experiment.splits import find_split_file, protocol_name
 # Library modules (and packages) that only read, report or resolve configuration: editing them does not change
 # any number.
 _NOT_NUMERIC = ("simcalib.commands", "simcalib.report", "simcalib.tuning", "simcalib.cli", "simcalib.analysis.plots",
+                "simcalib.analysis.palette",
                 "simcalib.experiment.study", "simcalib.experiment.plan", "simcalib.errors", "simcalib.store.integrity")
 KEY_VERSION = 1  # bump when the meaning of a task's result changes
 

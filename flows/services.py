@@ -135,6 +135,20 @@ def optuna_dashboard(storage: str, port: int, log_dir: Path) -> Service:
     return Service("Optuna dashboard", command, url, f"http://{LOOPBACK}:{port}/api/studies", log_dir / "optuna.log")
 
 
+def optuna_storage_note(storage: str) -> str | None:
+    """None where the Optuna ``storage`` holds a study; else one line saying how to create a small one (a
+    one-run search of TS on Cora GCN, its tuned file kept out of study/tuned/), for the dashboard to show."""
+    import shlex
+
+    import optuna
+
+    if optuna.storages.RDBStorage(storage).get_all_studies():
+        return None
+    return (f"Optuna dashboard: {storage} holds no search yet; `simcalib tune --dataset cora --backbone gcn "
+            f"--calibrator ts --trials 10 --splits 1 --folds 1 --storage {shlex.quote(storage)} "
+            "--tuned-dir .cache/tuned` creates one")
+
+
 def prefect_server(port: int, log_dir: Path, env: dict[str, str] | None = None) -> Service:
     command = [executable("prefect"), "server", "start", "--host", LOOPBACK, "--port", str(port)]
     url = f"http://{LOOPBACK}:{port}"
@@ -150,6 +164,7 @@ def prefect_worker(pool: str, api_url: str, log_dir: Path, env: dict[str, str] |
 
 
 __all__ = [
-    "LOOPBACK", "Service", "executable", "free_port", "mlflow_ui", "optuna_dashboard", "port_in_use",
+    "LOOPBACK", "Service", "executable", "free_port", "mlflow_ui", "optuna_dashboard", "optuna_storage_note",
+    "port_in_use",
     "prefect_server", "prefect_worker",
 ]

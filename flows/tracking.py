@@ -7,7 +7,8 @@ calibrator.
 * Nested run ``<Dataset>-<Backbone>-<Calibrator>``: every hyperparameter of the calibrator (constructor
   defaults, protocol weight decay, registry preset, study options), each metric's mean and population std
   (``ece_mean``, ``ece_std``, ...) and its per-run values as steps (``ece`` at step i = i-th run in
-  (split, init, fold) order), and a reliability diagram of all runs' test predictions pooled.
+  (split, init, fold) order), the leaderboard's metrics (:func:`leaderboard_metrics`), and a reliability
+  diagram of all runs' test predictions pooled.
 
 Logging happens in the flow's own process, from one thread at a time (a lock), through ``MlflowClient`` with
 explicit run ids (no fluent active-run state), so parallel tasks can neither lose nor duplicate runs. It is
@@ -57,7 +58,10 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # MLflow 3's experiment type (rea
 MODEL_TRAINING = "custom_model_development"  # the kind's value for classic (non-GenAI) experiments
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."  # + key: a runs-table view the UI opens with ?viewStateShareKey=key
 VIEW_KEY = "simcalib"
-STUDY_COLUMNS = ("ece_mean", "ace_mean", "nll_mean", "accuracy_mean", "ece_std")  # per calibrator (nested runs)
+# what the leaderboard ranks calibrators by, on every calibrator's nested run (and on the benchmark's parent run
+# as ``<metric>.<calibrator>``), so MLflow's compare view of a benchmark's nested runs sets them side by side
+LEADERBOARD_METRICS = ("ece_mean", "nll_mean", "brier_mean", "accuracy_change_mean", "fit_seconds_median")
+STUDY_COLUMNS = (*LEADERBOARD_METRICS, "ece_std")  # the runs table's columns (as many as a wide screen shows)
 
 
 def artifact_location(tracking_uri: str) -> str | None:
@@ -126,6 +130,30 @@ def calibrator_hyperparameters(name: str, dataset: str, backbone: str, options: 
     return dict(calibrator_definition(name, dataset, backbone, **options).options)
 
 
+def leaderboard_metrics(results: pd.DataFrame, calibrator: str) -> dict[str, float]:
+    """The leaderboard's metrics of ``calibrator`` on one benchmark's rows: mean ECE, NLL and Brier score over
+    runs; ``accuracy_change_mean``, the mean over runs of its accuracy minus UnCal's on the same run (split,
+    init, fold; in the rows' unit, points); ``fit_seconds_median``, the median fit time. A metric the rows
+    cannot give (no UnCal run, no fit time recorded) is left out, never logged as NaN."""
+    keys = ["split", "init", "fold"]
+    rows = results[results["calibrator"] == calibrator]
+    out = {}
+    for metric in ("ece", "nll", "brier"):
+        values = pd.to_numeric(rows[metric], errors="coerce") if metric in rows else pd.Series(dtype=float)
+        if values.notna().any():
+            out[f"{metric}_mean"] = float(values.mean())
+    if "accuracy" in results:
+        uncal = results[results["calibrator"] == "UnCal"][[*keys, "accuracy"]].rename(columns={"accuracy": "uncal"})
+        paired = rows[[*keys, "accuracy"]].merge(uncal, on=keys)
+        change = pd.to_numeric(paired["accuracy"], errors="coerce") - pd.to_numeric(paired["uncal"], errors="coerce")
+        if change.notna().any():
+            out["accuracy_change_mean"] = float(change.mean())
+    seconds = pd.to_numeric(rows["fit_seconds"], errors="coerce") if "fit_seconds" in rows else pd.Series(dtype=float)
+    if seconds.notna().any():
+        out["fit_seconds_median"] = float(seconds.median())
+    return out
+
+
 @dataclass
 class BenchmarkRecord:
     """What is logged for one benchmark (built by the study flow after its aggregate task)."""
@@ -151,6 +179,7 @@ class BenchmarkRecord:
         digest = hashlib.sha256()
         digest.update(self.results.to_csv(index=False, float_format="%.10g").encode())
         digest.update(json.dumps([self.params, self.calibrator_params], sort_keys=True, default=str).encode())
+        digest.update(json.dumps(LEADERBOARD_METRICS).encode())  # what is logged of them: another set, another run
         return digest.hexdigest()[:16]
 
 
@@ -205,7 +234,8 @@ class StudyTracker:
         parent = self.client.create_run(self.experiment_id, tags=tags, run_name=record.name).info.run_id
         summary = record.summary.set_index("calibrator")
         metrics = [(k, v) for k, v in record.backbone_metrics.items()]
-        metrics += [(f"ece_mean.{c}", float(summary.loc[c, "ece_mean"])) for c in summary.index]
+        metrics += [(f"{name}.{c}", value) for c in summary.index
+                    for name, value in leaderboard_metrics(record.results, c).items()]
         self._batch(parent, params=record.params, metrics=metrics)
         for path in record.files:
             self.client.log_artifact(parent, str(path))
@@ -224,6 +254,8 @@ class StudyTracker:
         # a metric the rows lack (written before its column) is not logged, rather than logged as NaN
         metrics += [(f"{m}_{stat}", float(summary[f"{m}_{stat}"])) for m in METRIC_NAMES for stat in ("mean", "std")
                     if np.isfinite(summary.get(f"{m}_{stat}", np.nan))]
+        metrics += [(name, value) for name, value in leaderboard_metrics(record.results, calibrator).items()
+                    if name not in dict(metrics)]  # ece_mean & co. are logged above from the summary
         steps = [(m, float(value), step) for m in METRIC_NAMES if m in rows
                  for step, value in enumerate(rows[m]) if np.isfinite(value)]
         params = {"calibrator": calibrator, **record.calibrator_params.get(calibrator, {})}
@@ -279,6 +311,6 @@ def _param_text(value) -> str:
 
 
 __all__ = [
-    "BenchmarkRecord", "StudyTracker", "artifact_location", "calibrator_hyperparameters", "git_commit",
-    "mark_model_training", "package_versions", "runs_table_url",
+    "BenchmarkRecord", "LEADERBOARD_METRICS", "StudyTracker", "artifact_location", "calibrator_hyperparameters",
+    "git_commit", "leaderboard_metrics", "mark_model_training", "package_versions", "runs_table_url",
 ]

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from simcalib.analysis import palette
 from simcalib.metrics import N_BINS, ece, reliability_bins
 
 
@@ -26,7 +26,7 @@ def reliability_diagram(probs, labels, ax: Axes | None = None, title: str | None
                         n_bins: int = N_BINS, color: str = "tab:blue", legend: bool = True) -> Axes:
     """Reliability diagram of predictions ``probs`` [N, K] with ``labels`` [N]; returns the Axes.
 
-    Bars: accuracy per bin (empty bins are blank); red hatching: the gap between a bin's accuracy and its
+    Bars: accuracy per bin (empty bins are blank); black hatching: the gap between a bin's accuracy and its
     mean confidence (above the bar when overconfident, inside it when underconfident); dashed line:
     perfect calibration. The ECE (%) is in the legend, or appended to the title when ``legend=False``.
     """
@@ -54,7 +54,7 @@ def reliability_diagram_from_bins(count, confidence_sum, correct_sum, ax: Axes |
         ece_pct = 100 * np.abs(correct_sum - confidence_sum).sum() / max(count.sum(), 1)
     ax.bar(centers, accuracy, width=width, color=color, edgecolor="black", linewidth=0.5, label="accuracy")
     low, high = np.minimum(accuracy, confidence)[filled], np.maximum(accuracy, confidence)[filled]
-    ax.bar(centers[filled], high - low, bottom=low, width=width, fill=False, hatch="////", edgecolor="tab:red",
+    ax.bar(centers[filled], high - low, bottom=low, width=width, fill=False, hatch="////", edgecolor="black",
            linewidth=0.0, label="gap to mean confidence")
     ax.plot([0, 1], [0, 1], linestyle="--", color="gray", linewidth=1, label="perfect calibration")
     ax.set_xlim(0, 1)
@@ -79,11 +79,13 @@ def confidence_histogram(confidences: Mapping[str, np.ndarray], ax: Axes | None 
 
 
 def confidence_histogram_from_counts(counts: Mapping[str, np.ndarray], ax: Axes | None = None,
-                                     title: str | None = None) -> Axes:
-    """The same densities from counts in equal-width bins over [0, 1] (e.g. pooled :mod:`simcalib.analysis.figure_bins`)."""
+                                     title: str | None = None, colors: Mapping[str, str] | None = None) -> Axes:
+    """The same densities from counts in equal-width bins over [0, 1] (e.g. pooled :mod:`simcalib.analysis.figure_bins`);
+    ``colors``: each name's colour (default: each calibrator's own, :mod:`simcalib.analysis.palette`)."""
     ax = ax if ax is not None else _new_axes((5.0, 3.5))
-    palette = sns.color_palette("colorblind", n_colors=max(len(counts), 1))
-    for (name, values), color in zip(counts.items(), palette):
+    colors = dict(colors) if colors is not None else palette.colors(counts)
+    for name, values in counts.items():
+        color = colors[name]
         values = np.asarray(values, dtype=float)
         edges = np.linspace(0.0, 1.0, len(values) + 1)
         density = values / max(values.sum(), 1) / np.diff(edges)

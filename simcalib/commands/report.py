@@ -88,7 +88,8 @@ def study_output(path: Path) -> tuple[Path, str]:
     return study.output, study.name
 
 
-MANIFEST_KEYS = {"results", "out", "title", "splits", "data_efficiency", "pinned_figures", "summary_in", "paper"}
+MANIFEST_KEYS = {"results", "out", "title", "splits", "data_efficiency", "pinned_figures", "summary_in", "paper",
+                 "figure_calibrators", "theory"}
 
 
 def _as_list(value) -> list:
@@ -103,7 +104,10 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
     data-efficiency figure (kept apart so that its runs at 15% do not replace the tables' runs);
     ``pinned_figures`` lists figure stems kept from the earlier rendering even where they could be redrawn;
     ``summary_in`` names Markdown files whose summary block of this report (markers of
-    :mod:`simcalib.report.summary`) is replaced by the new ``summary.md``."""
+    :mod:`simcalib.report.summary`) is replaced by the new ``summary.md``; ``figure_calibrators`` lists the
+    calibrators of the reliability and confidence figures (default
+    :data:`simcalib.report.figures.REPORT_FIGURE_CALIBRATORS`); ``theory: false`` leaves the Theorem 1 check
+    out (default: in)."""
     import yaml
 
     from simcalib.report.summary import BEGIN, END
@@ -117,7 +121,15 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict) or not {"results", "out", "title"} <= set(entry) or set(entry) - MANIFEST_KEYS:
             raise ConfigError(f"{path}: entry {index} must have the keys results, out, title (and optionally "
-                              f"splits, data_efficiency, pinned_figures, summary_in, paper), got {entry!r}")
+                              f"splits, data_efficiency, pinned_figures, summary_in, paper, figure_calibrators, "
+                              f"theory), got {entry!r}")
+        shown = entry.get("figure_calibrators")
+        if shown is not None and (not isinstance(shown, list) or not shown
+                                  or not all(isinstance(m, str) for m in shown)):
+            raise ConfigError(f"{path}: entry {index}: figure_calibrators must be a list of calibrator names, e.g. "
+                              f"[UnCal, TS, SimCalib], got {shown!r}")
+        if not isinstance(entry.get("theory", True), bool):
+            raise ConfigError(f"{path}: entry {index}: theory must be true or false, got {entry['theory']!r}")
         for target in _as_list(entry.get("summary_in")):
             if not isinstance(target, str) or not Path(target).is_file():
                 raise DataMissingError(f"{path}: entry {index}: summary_in file {target!r} does not exist")
@@ -151,7 +163,9 @@ def run_every(args: argparse.Namespace) -> int:
                                args.seed, splits=entry.get("splits"), keep_figures=True, regenerate=command,
                                data_efficiency=entry.get("data_efficiency"),
                                pinned_figures=entry.get("pinned_figures") or (),
-                               compare_paper=entry.get("paper", True))
+                               compare_paper=entry.get("paper", True),
+                               figure_calibrators=entry.get("figure_calibrators"),
+                               theory_check=entry.get("theory", True))
         print(f"report: {outputs.report_md}", flush=True)
         for target in _as_list(entry.get("summary_in")):
             embed_summary(target, entry["out"], outputs.summary_md.read_text())

@@ -2,8 +2,8 @@
 
 The MLflow UI reads the study's tracking store (the file's ``tracking_uri``, default ``sqlite:///mlflow.db``,
 which ``simcalib tune`` also writes), the Optuna dashboard the search storage ($SIMCALIB_OPTUNA_STORAGE or
-``sqlite:///optuna.db``). Each service logs to ``.cache/ui/<name>.log``. Ctrl-C (or SIGTERM) stops all three
-and waits for them to exit.
+``sqlite:///optuna.db``; where it holds no search, one line says how to create one). Each service logs to
+``.cache/ui/<name>.log``. Ctrl-C (or SIGTERM) stops all three and waits for them to exit.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def run_ui(args: argparse.Namespace) -> int:
 
     services = flows_module("services", "ui")
     mlflow_ui, optuna_dashboard = services.mlflow_ui, services.optuna_dashboard
+    optuna_storage_note = services.optuna_storage_note
     port_in_use, prefect_server = services.port_in_use, services.prefect_server
     from simcalib.errors import ConfigError
     from simcalib.tuning import optuna_storage
@@ -57,9 +58,10 @@ def run_ui(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"--only: unknown service(s) {', '.join(unknown)}; choose among {', '.join(SERVICES)}")
     log_dir = Path(args.log_dir)
+    storage = optuna_storage(args.optuna_storage)
     wanted = {
         "mlflow": lambda: mlflow_ui(tracking_uri_of(args), args.mlflow_port, log_dir),
-        "optuna": lambda: optuna_dashboard(optuna_storage(args.optuna_storage), args.optuna_port, log_dir),
+        "optuna": lambda: optuna_dashboard(storage, args.optuna_port, log_dir),
         "prefect": lambda: prefect_server(args.prefect_port, log_dir),
     }
     ports = {"mlflow": args.mlflow_port, "optuna": args.optuna_port, "prefect": args.prefect_port}
@@ -80,6 +82,9 @@ def run_ui(args: argparse.Namespace) -> int:
             for service in services:
                 service.wait_healthy()
                 print(f"{service.name:<17} {service.url}   (log: {service.log_path})", flush=True)
+            note = optuna_storage_note(storage) if "optuna" in args.only else None
+            if note:  # an empty storage: the dashboard would open on nothing
+                print(note, flush=True)
             print("ready; press Ctrl-C to stop", flush=True)
             while all(service.running() for service in services):
                 time.sleep(1.0)

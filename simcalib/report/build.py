@@ -25,6 +25,7 @@ import simcalib.report.bootstrap as bootstrap
 import simcalib.report.figures as figs
 import simcalib.report.stats as stats
 import simcalib.report.theory as theory
+from simcalib.analysis.figure_bins import FIGURE_CALIBRATORS
 from simcalib.metrics import ESTIMATOR_NAMES
 from simcalib.report.definitions import definition_blocks, definitions_frame, write_definitions
 from simcalib.report.grid import grid_choices, grid_choices_grid
@@ -36,6 +37,7 @@ from simcalib.report.render import (
     Figure,
     Heading,
     Paragraph,
+    contents_block,
     table_block,
     to_markdown,
     write_report,
@@ -264,20 +266,31 @@ KEPT_FIGURE = (" (Kept from an earlier rendering of this folder: it is drawn fro
 
 
 def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False,
-                 sweep: StudyResults | None = None, pinned: Sequence[str] = ()) -> FigureSet:
+                 sweep: StudyResults | None = None, pinned: Sequence[str] = (),
+                 figure_calibrators: Sequence[str] | None = None) -> FigureSet:
     """The study's figures; with ``keep_existing``, a figure that cannot be drawn here (no saved predictions)
     but exists in ``out_dir/figures`` from an earlier rendering is kept and labelled as such. ``sweep``: a
     label-rate sweep kept in folders of its own, drawn as the data-efficiency figure instead of the study's
     rows (its runs at the main rate stay out of the tables, whose runs at that rate may be other draws).
     ``pinned``: figure stems kept from an earlier rendering even where they could be redrawn (e.g. drawn from
-    every run's test predictions, against figure data that only some rows carry)."""
+    every run's test predictions, against figure data that only some rows carry). ``figure_calibrators``: the
+    calibrators of the reliability and confidence figures (default
+    :data:`simcalib.report.figures.REPORT_FIGURE_CALIBRATORS`)."""
     folder = Path(out_dir) / "figures"
     efficiency_rows = study.rows if sweep is None else sweep.rows
     sweep_note = "" if sweep is None else f" Drawn from the label-rate sweep in `{sweep.root}`."
     if len(efficiency_rows) and "CoraFull" not in set(efficiency_rows["dataset"].astype(str)):
         sweep_note += (" The paper draws this figure on CoraFull, which has no results here (its data is not in "
                        "every machine's mirror); the panels are the datasets the sweep ran.")
-    bins = figs.figure_bins_frame(study.main_predictions(), study.main_rows())
+    shown = tuple(figs.REPORT_FIGURE_CALIBRATORS if figure_calibrators is None else figure_calibrators)
+    bins = figs.figure_bins_frame(study.main_predictions(), study.main_rows(),
+                                  tuple(dict.fromkeys((*shown, *figs.SIMILARITY_METHODS))))
+    drawn = figs.shown_methods(bins, shown)
+    ran = set(study.main_rows()["calibrator"]) if len(study.rows) else set()
+    undrawn = [m for m in shown if m not in drawn and m in ran]
+    undrawn_note = (f" {', '.join(undrawn)} ran but {'has' if len(undrawn) == 1 else 'have'} no figure data here: "
+                    "results rows carry `figure_bins` for " + ", ".join(FIGURE_CALIBRATORS) + " only, saved test "
+                    "predictions for every calibrator." if undrawn else "")
     entries = []
 
     def add(stem: str, title: str, caption: str, fig, note: str, kept_caption: str | None = None) -> None:
@@ -295,27 +308,30 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
 
     no_predictions = ("not available: no saved predictions and no `figure_bins` in the results rows (rows written "
                       "before that column existed; rerun the runs, or `simcalib benchmark ... --save-predictions`)")
-    smooth = figs.smooth_curves(study.main_predictions())
+    smooth = figs.smooth_curves(study.main_predictions(), drawn)
     smooth_benchmarks = sorted_benchmarks({b for b, _ in smooth})
-    smooth_note = (("Orange: the smooth reliability curve (relplot's kernel at smooth ECE's bandwidth, Blasiok & "
+    smooth_note = (("Dotted black line: the smooth reliability curve (relplot's kernel at smooth ECE's bandwidth, Blasiok & "
                     "Nakkiran 2023) of the saved test predictions, on " + ", ".join(f"{d} {b}" for d, b in
                                                                                     smooth_benchmarks) + "; ")
                    if smooth else "No smooth reliability curve: ")
     smooth_note += ("`figure_bins` keeps per-bin sums only, and a smooth curve needs each node's prediction, "
                     "so it is drawn only where saved test predictions exist"
                     + (" (none here)." if not smooth else "."))
+    listed = ", ".join(drawn) if drawn else ", ".join(shown)
     reliability_caption = (
-        "Reliability diagrams of UnCal and SimCalib per benchmark (test nodes pooled over the runs whose rows carry "
+        f"Reliability diagrams of {listed} per benchmark (test nodes pooled over the runs whose rows carry "
         "figure data, counted in each title; rows of passes older than that column have it only where a "
-        "recomputation reproduced them, see docs/decisions.md).")
+        "recomputation reproduced them, see docs/decisions.md). Each title gives two ECEs: that of the pooled "
+        "test nodes of its runs (one diagram's bins) and the mean over runs of each run's ECE, the statistic of "
+        "Table 1; they differ because pooling averages the runs' bins before taking the gaps." + undrawn_note)
     add("reliability_uncal_vs_simcalib", "Reliability diagrams",
         reliability_caption + " Black lines: each bin's 95% bootstrap interval of the pooled accuracy over runs "
         "(correct nodes over nodes of the drawn runs, whole splits resampled, from each run's `figure_bins`; none "
         "where fewer than two runs have nodes in the bin). " + smooth_note,
-        figs.reliability_grid(bins, smooth=smooth), no_predictions, kept_caption=reliability_caption)
+        figs.reliability_grid(bins, drawn, smooth=smooth), no_predictions, kept_caption=reliability_caption)
     add("confidence_distributions", "Confidence distributions",
-        "Top-1 confidence of the test nodes, UnCal and SimCalib per benchmark.",
-        figs.confidence_grid(bins), no_predictions)
+        f"Top-1 confidence of the test nodes of {listed} per benchmark, the runs of each pooled (no ECE is "
+        "drawn)." + undrawn_note, figs.confidence_grid(bins, drawn), no_predictions)
     add("data_efficiency", "Data efficiency",
         "ECE against the label rate (UnCal dashed; mean ± std over runs). Here the label rate sets the whole "
         "labelled set (backbone training folds and calibration fold); the paper reuses one pretrained backbone and "
@@ -369,6 +385,16 @@ def run_theory(out_dir: Path, reps: int = 2000, seed: int = 10, grid: dict | Non
 # The document
 
 
+def remove_theory(out_dir: Path) -> None:
+    """Delete the theory check's files of an earlier rendering of ``out_dir`` (a report without it)."""
+    out_dir = Path(out_dir)
+    for path in (out_dir / "theory" / "theorem1_monte_carlo.csv", out_dir / "figures" / "theory_theorem1.png",
+                 out_dir / "figures" / "theory_theorem1.pdf"):
+        path.unlink(missing_ok=True)
+    if (out_dir / "theory").is_dir() and not any((out_dir / "theory").iterdir()):
+        (out_dir / "theory").rmdir()
+
+
 def _p(value: float) -> str:
     return "n/a" if value is None or not np.isfinite(value) else f"{value:.3g}"
 
@@ -377,9 +403,10 @@ def _pct(value: float) -> str:
     return "n/a" if value is None or not np.isfinite(value) else f"{100 * value:.1f}%"
 
 
-def overview_blocks(study: StudyResults, paper: PaperTables, title: str, regenerate: str | None = None) -> list[Block]:
+def overview_blocks(study: StudyResults, paper: PaperTables, regenerate: str | None = None) -> list[Block]:
+    """The section on the rows read: where from, which runs per benchmark, the estimators, the notes."""
     rows = study.rows
-    blocks: list[Block] = [Heading(1, title)]
+    blocks: list[Block] = [Heading(2, "Runs")]
     if regenerate:
         blocks.append(Paragraph(f"**Regenerate** every number in this report from the committed `results.csv` "
                                 f"files with one command: {regenerate}."))
@@ -497,6 +524,8 @@ def table_blocks(tables: TableSet, evidence: dict | None = None) -> list[Block]:
         "`reports/offline/bootstrap_design.txt`, docs/decisions.md). "
         "Each table is also under `tables/` as Markdown, LaTeX (booktabs) and CSV (with the interval's ends).")]
     for table in tables.results:
+        if table.empty:  # nothing ran: no section (the paper's cells of it are in tables/<table>_vs_paper.csv)
+            continue
         blocks.append(Heading(3, table.spec.title))
         if table.spec.metric in ESTIMATOR_DEFINITIONS:
             blocks.append(Paragraph(ESTIMATOR_DEFINITIONS[table.spec.metric]))
@@ -606,13 +635,12 @@ def significance_blocks(sig: Significance) -> list[Block]:
 
 
 def figure_blocks(figures: FigureSet, out_dir: Path) -> list[Block]:
-    blocks: list[Block] = [Heading(2, "Figures")]
-    for entry in figures.entries:
-        blocks.append(Heading(3, entry.title))
-        if entry.paths:
-            blocks.append(Figure(str(entry.paths[0].relative_to(out_dir)), entry.caption))
-        else:
-            blocks.append(Paragraph(f"_{entry.note}_"))
+    """A section per drawn figure; a figure without data (``note`` only) has none, nor the whole part when
+    nothing was drawn."""
+    drawn = [entry for entry in figures.entries if entry.paths]
+    blocks: list[Block] = [Heading(2, "Figures")] if drawn else []
+    for entry in drawn:
+        blocks += [Heading(3, entry.title), Figure(str(entry.paths[0].relative_to(out_dir)), entry.caption)]
     return blocks
 
 
@@ -624,7 +652,10 @@ def _mc_error(row: pd.Series, variant: str) -> str:
     return f"SE {row[f'se_{variant}']:.3f} over {reps} replicates"
 
 
-def theory_blocks(result: TheoryResult, out_dir: Path) -> list[Block]:
+def theory_blocks(result: TheoryResult | None, out_dir: Path) -> list[Block]:
+    """The Monte-Carlo check of Theorem 1; nothing where the report leaves it out (``result`` None)."""
+    if result is None:
+        return []
     table = result.table
     ex = theory.PAPER_EXAMPLE
     row = theory.paper_example_row(table)
@@ -688,20 +719,24 @@ def one_class_blocks(rows: pd.DataFrame) -> list[Block]:
 
 
 def assemble(study: StudyResults, paper: PaperTables, tables: TableSet, sig: Significance, figures: FigureSet,
-             theory_result: TheoryResult, out_dir: Path, title: str, regenerate: str | None = None,
+             theory_result: TheoryResult | None, out_dir: Path, title: str, regenerate: str | None = None,
              summary: list[Block] | None = None, homophily: HomophilyOutputs | None = None) -> list[Block]:
-    """The report's blocks in order; ``summary``: :func:`report_summary`'s blocks where the caller has them;
-    ``homophily``: :func:`write_homophily`'s outputs (the local-homophily section where rows carry its data)."""
+    """The report's blocks in order: the title, the summary, the contents (:func:`contents_block`), then the
+    runs, tables, tests, homophily analysis, figures, theory check and definitions, each only where it has
+    data; ``summary``: :func:`report_summary`'s blocks where the caller has them; ``homophily``:
+    :func:`write_homophily`'s outputs (the local-homophily section where rows carry its data);
+    ``theory_result`` None: no theory section."""
     out_dir = Path(out_dir)
     summary = report_summary(tables, sig) if summary is None else summary
-    return [*overview_blocks(study, paper, title, regenerate), *one_class_blocks(study.main_rows()),
-            Heading(2, "Summary"), *summary,
+    head = [Heading(1, title), Heading(2, "Summary"), *summary]
+    body = [*overview_blocks(study, paper, regenerate), *one_class_blocks(study.main_rows()),
             *table_blocks(tables, split_evidence(study.main_rows())),
             *grid_choice_blocks(study),
             *significance_blocks(sig),
             *homophily_blocks(homophily, out_dir),
             *figure_blocks(figures, out_dir), *theory_blocks(theory_result, out_dir),
             *definition_blocks(definitions_frame(study.rows))]
+    return [*head, contents_block([*head, *body]), *body]
 
 
 @dataclass
@@ -712,7 +747,7 @@ class ReportOutputs:
     summary_md: Path  # the summary table alone, for embedding (summary.embed_summary)
     files: list[Path]
     significance: Significance
-    theory_table: pd.DataFrame
+    theory_table: pd.DataFrame | None  # None: the report has no theory check
 
 
 def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], out_dir: str | os.PathLike, paper_dir: str | os.PathLike | None = None,
@@ -720,14 +755,17 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
                  theory_grid: dict | None = None, splits: Sequence[int] | None = None, keep_figures: bool = False,
                  regenerate: str | None = None,
                  data_efficiency: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
-                 pinned_figures: Sequence[str] = (), compare_paper: bool = True) -> ReportOutputs:
+                 pinned_figures: Sequence[str] = (), compare_paper: bool = True,
+                 figure_calibrators: Sequence[str] | None = None, theory_check: bool = True) -> ReportOutputs:
     """Everything above in order; returns the paths written. ``splits`` restricts every table, test and
     figure to those splits' runs (e.g. the splits never looked at while choosing defaults); ``keep_figures``
     keeps figures of an earlier rendering that need predictions not present here; ``regenerate`` is the
     command that re-renders the report (Markdown), stated at its top; ``data_efficiency``: the results of a
     label-rate sweep drawn as the data-efficiency figure; ``pinned_figures``: stems kept from the earlier
     rendering even where they could be redrawn (see :func:`make_figures`); ``compare_paper`` False: no table
-    beside the paper's (a study of graphs the paper has not)."""
+    beside the paper's (a study of graphs the paper has not); ``figure_calibrators``: the calibrators of the
+    reliability and confidence figures (default :data:`simcalib.report.figures.REPORT_FIGURE_CALIBRATORS`);
+    ``theory_check`` False: no Theorem 1 section (and its files of an earlier rendering are removed)."""
     out_dir = Path(out_dir)
     study, paper = load_inputs(results_dir, paper_dir, splits)
     if not compare_paper:
@@ -739,10 +777,13 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
     files.append(write_definitions(definitions_frame(study.rows), out_dir))
     sig = compute_significance(study, tables, paper)
     files += write_significance(sig, out_dir)
-    figures = make_figures(study, out_dir, keep_figures, sweep, pinned_figures)
+    figures = make_figures(study, out_dir, keep_figures, sweep, pinned_figures, figure_calibrators)
     files += [p for e in figures.entries for p in e.paths]
-    theory_result = run_theory(out_dir, theory_reps, seed, theory_grid)
-    files += theory_result.paths
+    theory_result = run_theory(out_dir, theory_reps, seed, theory_grid) if theory_check else None
+    if theory_result is not None:
+        files += theory_result.paths
+    else:
+        remove_theory(out_dir)
     homophily = write_homophily(study.main_rows(), out_dir)
     if homophily is not None:
         files += homophily.files
@@ -754,7 +795,8 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
         title = f"SimCalib study report: {name}"
     md, page = write_report(assemble(study, paper, tables, sig, figures, theory_result, out_dir, title, regenerate,
                                      summary, homophily), out_dir, title)
-    return ReportOutputs(out_dir, md, page, summary_md, [md, page, *files], sig, theory_result.table)
+    return ReportOutputs(out_dir, md, page, summary_md, [md, page, *files], sig,
+                         None if theory_result is None else theory_result.table)
 
 
 __all__ = ["FigureSet", "ReportOutputs", "Significance", "TableSet", "TheoryResult", "assemble", "build_report",

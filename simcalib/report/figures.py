@@ -1,6 +1,7 @@
 """The paper's figures from results and saved predictions (seaborn on matplotlib Figures; PNG and PDF).
 
-* Reliability diagrams, UnCal vs SimCalib per benchmark, as a grid (test predictions of all runs pooled), with
+* Reliability diagrams of a list of calibrators (:data:`REPORT_FIGURE_CALIBRATORS` unless the report names its
+  own) per benchmark, as a grid (test predictions of all runs pooled), with
   each bin's 95% bootstrap interval of the pooled accuracy over runs (whole splits resampled,
   :func:`reliability_intervals`) and, where the saved test predictions are present, the smooth reliability
   curve of relplot's kernel (:func:`smooth_reliability`; the per-bin sums of ``figure_bins`` cannot give it).
@@ -13,11 +14,12 @@ regenerate from committed results files.
 * Feature similarity: test nodes of each run split into 5 equal-size groups by ``feature_distance`` (squared
   Mahalanobis distance to the nearest class prototype; group 1 = most similar); per group the ECE of UnCal,
   GATS and SimCalib (bars, mean over runs) and the improvement ``ECE_UnCal - ECE_method`` (dashed lines).
-* Cost: mean ECE against median fit time per calibrator, one panel per benchmark, log time axis, each with
+* Cost: mean ECE against median fit time per calibrator (SimCalib's constant branch SimCalib_decay_all among them), one panel per benchmark, log time axis, each with
   its 95% bootstrap interval (:func:`cost_figure`).
 * The theory check (Theorem 1): P(ECE_joint <= ECE_isolated) against |a|.
 
-Every builder returns None when its inputs are absent, and the report says "not available" instead.
+Every calibrator has one colour and one marker in all of them (:mod:`simcalib.analysis.palette`). Every builder
+returns None when its inputs are absent, and the report leaves the figure out.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from simcalib.analysis import palette
 from simcalib.analysis.figure_bins import FIGURE_CALIBRATORS, N_GROUPS, FigureBins, from_json, pool, summarise
 from simcalib.analysis.plots import confidence_histogram_from_counts, reliability_diagram_from_bins
 from simcalib.errors import DataCorruptError
@@ -41,6 +44,9 @@ from simcalib.report.theory import PAPER_EXAMPLE
 
 EFFICIENCY_METHODS = ("UnCal", "ETS", "CaGCN", "GATS", "SimCalib")
 SIMILARITY_METHODS = ("UnCal", "GATS", "SimCalib")
+# the reliability and confidence figures' calibrators unless a report names its own (reports.yaml,
+# ``figure_calibrators``); one without binned runs is left out of the figure and named in its caption
+REPORT_FIGURE_CALIBRATORS = ("UnCal", "TS", "GATS", "SimCalib", "SimCalib_decay_all")
 PANEL_COLUMNS = 4
 
 
@@ -53,9 +59,9 @@ def save_figure(fig: Figure, folder: Path, stem: str) -> list[Path]:
     return paths
 
 
-def _palette(methods: Sequence[str]) -> dict[str, tuple]:
-    colors = sns.color_palette("colorblind", n_colors=len(methods))
-    return dict(zip(methods, colors))
+def _palette(methods: Sequence[str]) -> dict[str, str]:
+    """Each calibrator's colour, the same in every figure (:mod:`simcalib.analysis.palette`)."""
+    return palette.colors(methods)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -167,19 +173,36 @@ def smooth_curves(predictions: pd.DataFrame, methods: Sequence[str] = ("UnCal", 
     return curves
 
 
-def reliability_grid(bins: pd.DataFrame, methods: Sequence[str] = ("UnCal", "SimCalib"),
+def shown_methods(bins: pd.DataFrame, methods: Sequence[str]) -> list[str]:
+    """The calibrators of ``methods`` that have binned runs in ``bins`` (:func:`figure_bins_frame`), in order."""
+    present = set(bins["calibrator"]) if len(bins) else set()
+    return [m for m in dict.fromkeys(methods) if m in present]
+
+
+def _run_mean_ece(frame: pd.DataFrame, benchmark: tuple[str, str], method: str) -> float:
+    """Mean over runs of each run's ECE (%) from its bins (the statistic of Table 1)."""
+    chosen = frame[(frame["dataset"] == benchmark[0]) & (frame["backbone"] == benchmark[1])
+                   & (frame["calibrator"] == method)]
+    values = [b.ece() for b in chosen["bins"]]
+    return float(np.nanmean(values)) if values else float("nan")
+
+
+def reliability_grid(bins: pd.DataFrame, methods: Sequence[str] = REPORT_FIGURE_CALIBRATORS,
                      smooth: dict | None = None) -> Figure | None:
-    """Per benchmark a row of panels, one per method, two benchmarks side by side; None without binned runs
-    (:func:`figure_bins_frame`). Each bin carries its 95% interval over runs (:func:`reliability_intervals`);
-    ``smooth`` (:func:`smooth_curves`) adds the smooth curve where it has one."""
+    """Per benchmark a row of panels, one per method with binned runs (two benchmarks side by side when at
+    most two methods are shown); None without binned runs (:func:`figure_bins_frame`). Each panel's title
+    gives the ECE of its runs pooled and the mean of the runs' ECEs (Table 1's statistic). Each bin carries
+    its 95% interval over runs (:func:`reliability_intervals`); ``smooth`` (:func:`smooth_curves`) adds the
+    smooth curve where it has one."""
+    methods = shown_methods(bins, methods)
     found = bins[bins["calibrator"].isin(methods)]
     if found.empty:
         return None
     smooth = smooth or {}
     benchmarks = sorted_benchmarks(zip(found["dataset"], found["backbone"]))
-    per_row = min(len(benchmarks), 2)
+    per_row = min(len(benchmarks), 2 if len(methods) <= 2 else 1)
     rows = int(np.ceil(len(benchmarks) / per_row))
-    fig = Figure(figsize=(3.3 * per_row * len(methods), 3.4 * rows + 0.6), layout="constrained")
+    fig = Figure(figsize=(3.3 * per_row * len(methods), 3.6 * rows + 0.8), layout="constrained")
     axes = np.atleast_2d(fig.subplots(rows, per_row * len(methods), squeeze=False))
     colors = _palette(methods)
     for i, b in enumerate(benchmarks):
@@ -189,11 +212,12 @@ def reliability_grid(bins: pd.DataFrame, methods: Sequence[str] = ("UnCal", "Sim
             pooled = _pooled(found, b, method)
             title = f"{b[0]} {b[1]}: {method}"
             if pooled is None:
-                _blank(ax, f"{method}: not run")
+                _blank(ax, f"{method}: no figure data")
                 ax.set_title(title, fontsize="small")
                 continue
-            reliability_diagram_from_bins(*pooled.reliability(), ax=ax, title=f"{title} ({pooled.runs} runs)",
-                                          color=colors[method], legend=False)
+            reliability_diagram_from_bins(*pooled.reliability(), ax=ax, color=colors[method], legend=False)
+            ax.set_title(f"{title} ({pooled.runs} runs)\nECE pooled {pooled.ece():.2f}%, "
+                         f"mean over runs {_run_mean_ece(found, b, method):.2f}%")
             low, high = reliability_intervals(found, b, method)
             centers = (np.arange(len(low)) + 0.5) / len(low)
             shown = np.isfinite(low)
@@ -201,7 +225,7 @@ def reliability_grid(bins: pd.DataFrame, methods: Sequence[str] = ("UnCal", "Sim
                       label="95% interval over runs (splits resampled)")
             if (b, method) in smooth:
                 grid, curve, runs = smooth[(b, method)]
-                ax.plot(grid, curve, color="tab:orange", linewidth=1.5,
+                ax.plot(grid, curve, color="black", linestyle=":", linewidth=1.5,
                         label="smooth reliability curve (relplot; saved predictions)")
             ax.title.set_fontsize("small")
     for k in range(len(benchmarks), rows * per_row):  # an odd count leaves one slot empty
@@ -215,8 +239,9 @@ def reliability_grid(bins: pd.DataFrame, methods: Sequence[str] = ("UnCal", "Sim
     keep = [lab for lab in handles if lab != "accuracy"]
     fig.legend([handles[lab] for lab in keep] + _method_handles(colors), keep + [f"accuracy ({m})" for m in colors],
                loc="outside lower center", ncols=3, fontsize="small", frameon=False)
-    _suptitle(fig, "Reliability diagrams (test nodes pooled over the runs counted in each title, 15 bins; ECE of the "
-              "pool; black: each bin's 95% bootstrap interval over runs)")
+    _suptitle(fig, "Reliability diagrams (test nodes pooled over the runs counted in each title, 15 bins; each title: "
+              "the ECE of the pooled nodes and the mean of the runs' ECEs, Table 1's statistic; black: each bin's "
+              "95% bootstrap interval over runs)")
     return fig
 
 
@@ -234,21 +259,24 @@ def _hide_unused(axes: np.ndarray, n_panels: int, rows_per_block: int) -> None:
             axes[block * rows_per_block + j, col].set_visible(False)
 
 
-def confidence_grid(bins: pd.DataFrame, methods: Sequence[str] = ("UnCal", "SimCalib")) -> Figure | None:
-    """Top-1 confidence densities per benchmark, the methods overlaid; None without binned runs."""
+def confidence_grid(bins: pd.DataFrame, methods: Sequence[str] = REPORT_FIGURE_CALIBRATORS) -> Figure | None:
+    """Top-1 confidence densities per benchmark, the methods with binned runs overlaid; None without any."""
+    methods = shown_methods(bins, methods)
     found = bins[bins["calibrator"].isin(methods)]
     if found.empty:
         return None
     benchmarks = sorted_benchmarks(zip(found["dataset"], found["backbone"]))
     fig, axes = _grid(len(benchmarks), 1, (3.6, 2.8))
+    colors = _palette(methods)
     for i, b in enumerate(benchmarks):
         block, col = divmod(i, PANEL_COLUMNS)
-        counts = {}
+        counts, shades = {}, {}
         for method in methods:
             pooled = _pooled(found, b, method)
             if pooled is not None:
-                counts[f"{method} ({pooled.runs} runs)"] = pooled.hist
-        confidence_histogram_from_counts(counts, ax=axes[block, col], title=f"{b[0]} {b[1]}")
+                label = f"{method} ({pooled.runs} runs)"
+                counts[label], shades[label] = pooled.hist, colors[method]
+        confidence_histogram_from_counts(counts, ax=axes[block, col], title=f"{b[0]} {b[1]}", colors=shades)
     _hide_unused(axes, len(benchmarks), 1)
     _suptitle(fig, "Confidence distributions of the test nodes (all runs pooled)")
     return fig
@@ -278,6 +306,7 @@ def data_efficiency_figure(rows: pd.DataFrame, methods: Sequence[str] = EFFICIEN
     fig, axes = _grid(len(benchmarks), 1, (4.2, 3.3))
     present = [m for m in methods if m in set(frame["calibrator"])]
     colors = _palette(present)
+    markers = {m: s.marker for m, s in palette.styles(present).items()}
     for i, b in enumerate(benchmarks):
         block, col = divmod(i, PANEL_COLUMNS)
         ax = axes[block, col]
@@ -286,7 +315,8 @@ def data_efficiency_figure(rows: pd.DataFrame, methods: Sequence[str] = EFFICIEN
             data = panel[panel["calibrator"] == method]
             if data.empty:
                 continue
-            sns.lineplot(data=data, x="label_rate_pct", y="ece", errorbar="sd", err_style="bars", marker="o", ax=ax,
+            sns.lineplot(data=data, x="label_rate_pct", y="ece", errorbar="sd", err_style="bars",
+                         marker=markers[method], ax=ax,
                          color=colors[method], label=method, linestyle="--" if method == "UnCal" else "-")
         ax.set_xticks(sorted(panel["label_rate_pct"].unique()))
         ax.set_xlabel("label rate (%)")
@@ -359,6 +389,7 @@ def feature_similarity_figure(summary: pd.DataFrame, methods: Sequence[str] = SI
     rows = 2 if "t_feat" in summary.columns and summary["t_feat"].notna().any() else 1
     fig, axes = _grid(len(benchmarks), rows, (4.6, 3.0 if rows == 2 else 3.5))
     colors = _palette(methods)
+    markers = {m: s.marker for m, s in palette.styles(methods).items()}
     for i, b in enumerate(benchmarks):
         block, col = divmod(i, PANEL_COLUMNS)
         ax = axes[rows * block, col]
@@ -366,10 +397,10 @@ def feature_similarity_figure(summary: pd.DataFrame, methods: Sequence[str] = SI
         if rows == 2:
             _feature_temperature_panel(axes[2 * block + 1, col], panel, colors.get("SimCalib"))
         sns.barplot(data=panel, x="group", y="ece", hue="calibrator", hue_order=list(methods), palette=colors,
-                    ax=ax, errorbar=None)
+                    ax=ax, errorbar=None, saturation=1)  # the palette's colours as they are
         for method in methods[1:]:  # improvements over UnCal as dashed lines (same % scale)
             line = panel[panel["calibrator"] == method].sort_values("group")
-            ax.plot(line["group"] - 1, line["improvement"], linestyle="--", marker="o", color=colors[method],
+            ax.plot(line["group"] - 1, line["improvement"], linestyle="--", marker=markers[method], color=colors[method],
                     label=f"{method} improvement")
         ax.axhline(0, color="black", linewidth=0.5)
         ax.set_xlabel("feature-distance group (1 = closest to a prototype)")
@@ -407,7 +438,10 @@ def _feature_temperature_panel(ax, panel: pd.DataFrame, color) -> None:
 # Cost
 
 
-def cost_frame(rows: pd.DataFrame, methods: Sequence[str] = EXTRA_METHODS) -> pd.DataFrame:
+COST_FRAME_METHODS = (*EXTRA_METHODS, "SimCalib_decay_all")  # the paper's seven, the extra six, the constant branch
+
+
+def cost_frame(rows: pd.DataFrame, methods: Sequence[str] = COST_FRAME_METHODS) -> pd.DataFrame:
     """Per (benchmark, calibrator): runs, median fit time and mean ECE, each with its 95% bootstrap interval
     (whole splits resampled); calibrators with a positive fit time only (a log axis)."""
     records = []
@@ -432,7 +466,8 @@ def cost_frame(rows: pd.DataFrame, methods: Sequence[str] = EXTRA_METHODS) -> pd
     return pd.DataFrame(records)
 
 
-COST_FIGURE_METHODS = tuple(m for m in EXTRA_METHODS if m != "UnCal")  # UnCal fits nothing: no cost to show
+# UnCal fits nothing: no cost to show
+COST_FIGURE_METHODS = tuple(m for m in COST_FRAME_METHODS if m != "UnCal")
 
 
 def cost_figure(frame: pd.DataFrame, methods: Sequence[str] = COST_FIGURE_METHODS) -> Figure | None:
@@ -444,7 +479,7 @@ def cost_figure(frame: pd.DataFrame, methods: Sequence[str] = COST_FIGURE_METHOD
     benchmarks = sorted_benchmarks(zip(frame["dataset"], frame["backbone"]))
     present = [m for m in methods if m in set(frame["calibrator"])]
     colors = _palette(present)
-    markers = dict(zip(present, "osD^vP*XhpH<>"))
+    markers = {m: s.marker for m, s in palette.styles(present).items()}
     fig, axes = _grid(len(benchmarks), 1, (3.6, 3.0))
     for i, b in enumerate(benchmarks):
         block, col = divmod(i, PANEL_COLUMNS)
@@ -511,7 +546,8 @@ def theory_figure(table: pd.DataFrame) -> Figure:
     return fig
 
 
-__all__ = ["EFFICIENCY_METHODS", "SIMILARITY_METHODS", "confidence_grid", "cost_figure", "cost_frame",
+__all__ = ["COST_FIGURE_METHODS", "COST_FRAME_METHODS", "EFFICIENCY_METHODS", "REPORT_FIGURE_CALIBRATORS",
+           "SIMILARITY_METHODS", "confidence_grid", "cost_figure", "cost_frame",
            "data_efficiency_figure", "efficiency_frame", "feature_similarity_figure", "figure_bins_frame",
            "reliability_grid", "reliability_intervals", "save_figure", "similarity_groups", "similarity_summary",
-           "smooth_curves", "smooth_reliability", "theory_figure"]
+           "shown_methods", "smooth_curves", "smooth_reliability", "theory_figure"]

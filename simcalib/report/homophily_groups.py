@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.figure import Figure as MplFigure
 
+from simcalib.analysis import palette
 from simcalib.analysis.homophily import ISOLATED, group_names
 from simcalib.report.bootstrap import mean_interval
 from simcalib.report.figures import save_figure
@@ -46,7 +46,7 @@ from simcalib.report.tables import sorted_benchmarks
 # The calibrators the group table and figure show: the global baselines, the node-wise ones, SimCalib's ablations.
 GROUP_METHODS = ("UnCal", "TS", "GATS", "SimCalib", "SimCalib_r", "SimCalib_h", "SimCalib_n", "SimCalib_m",
                  "GETS", "WATS")
-FIGURE_METHODS = ("UnCal", "TS", "GATS", "SimCalib", "SimCalib_r", "GETS", "WATS")
+FIGURE_METHODS = ("UnCal", "TS", "GATS", "SimCalib", "SimCalib_r", "Dirichlet", "IRM", "GETS", "WATS")
 LOW_GROUP = group_names()[0]  # h < 0.2
 NODEWISE_METHODS = ("CaGCN", "GATS", "SimCalib", "GETS", "GETS_holdout", "WATS")
 LOW_GROUP_PAIRS = (("SimCalib", "SimCalib_r"), *((m, "TS") for m in NODEWISE_METHODS))
@@ -137,7 +137,7 @@ def homophily_figure(means: pd.DataFrame, methods: Sequence[str] = FIGURE_METHOD
     fig = MplFigure(figsize=(3.6 * columns, 2.9 * rows))
     axes = fig.subplots(rows, columns, squeeze=False, sharex=True)
     shown = [m for m in methods if (data["calibrator"] == m).any()]
-    colors = dict(zip(shown, sns.color_palette("colorblind", n_colors=len(shown))))
+    styles = palette.styles(shown)
     for ax, (dataset, backbone) in zip(axes.flat, benchmarks):
         part = data[(data["dataset"] == dataset) & (data["backbone"] == backbone)]
         for offset, method in enumerate(shown):
@@ -145,7 +145,8 @@ def homophily_figure(means: pd.DataFrame, methods: Sequence[str] = FIGURE_METHOD
             x = np.arange(len(groups)) + (offset - (len(shown) - 1) / 2) * 0.06
             low = (line["ece"] - line["ci_low"]).clip(lower=0)
             high = (line["ci_high"] - line["ece"]).clip(lower=0)
-            ax.errorbar(x, line["ece"], yerr=[low.fillna(0), high.fillna(0)], color=colors[method], marker="o",
+            ax.errorbar(x, line["ece"], yerr=[low.fillna(0), high.fillna(0)], color=styles[method].color,
+                        marker=styles[method].marker,
                         markersize=3, linewidth=1, capsize=1.5, label=method)
         ax.set_title(f"{dataset} {backbone}", fontsize=9)
         ax.set_xticks(range(len(groups)), [g.replace(",", ", ") for g in groups], fontsize=7, rotation=30)
@@ -264,7 +265,7 @@ def write_homophily(rows: pd.DataFrame, out_dir: Path) -> HomophilyOutputs | Non
     if frame.empty:
         return None
     out_dir = Path(out_dir)
-    means = group_means(frame)
+    means = group_means(frame, tuple(dict.fromkeys((*GROUP_METHODS, *FIGURE_METHODS))))
     tests = low_group_tests(frame)
     choice = choice_table(rows)
     files = []

@@ -49,7 +49,46 @@ class Code:
     text: str
 
 
-Block = Heading | Paragraph | Bullets | Table | Figure | Code
+@dataclass(frozen=True)
+class Contents:
+    """A table of contents: (level, heading text, anchor) per entry, nested by level."""
+    entries: tuple[tuple[int, str, str], ...]
+
+
+Block = Heading | Paragraph | Bullets | Table | Figure | Code | Contents
+
+CONTENTS_TITLE = "Contents"
+CONTENTS_LEVELS = (2, 3)
+
+
+def anchor(text: str) -> str:
+    """A heading's link target as GitHub forms it: inline markup dropped, lower case, every character but
+    letters, digits, ``_``, ``-`` and spaces removed, each space a ``-`` (no collapsing)."""
+    plain = re.sub(r"[*`]", "", re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", text))
+    return re.sub(r"[^\w\- ]", "", plain.lower()).replace(" ", "-")
+
+
+def heading_anchors(blocks: Sequence[Block]) -> dict[int, str]:
+    """Block index -> anchor of every heading, a repeated anchor suffixed ``-1``, ``-2``, ... in order."""
+    seen: dict[str, int] = {}
+    out = {}
+    for i, block in enumerate(blocks):
+        if isinstance(block, Heading):
+            base = anchor(block.text)
+            count = seen.get(base, 0)
+            seen[base] = count + 1
+            out[i] = base if count == 0 else f"{base}-{count}"
+    return out
+
+
+def contents_block(blocks: Sequence[Block], levels: Sequence[int] = CONTENTS_LEVELS) -> Contents:
+    """The contents of ``blocks``, which will follow it: every heading of ``levels`` (default: sections and
+    their subsections) with its anchor, counted as the rendered document will count them (the contents'
+    own heading, level 2, comes first among the repeats of its text)."""
+    whole = [Heading(2, CONTENTS_TITLE), *blocks]
+    anchors = heading_anchors(whole)
+    return Contents(tuple((b.level, b.text, anchors[i]) for i, b in enumerate(whole)
+                          if isinstance(b, Heading) and b.level in levels and i > 0))
 
 
 def table_block(header: Sequence[str], body: Sequence[Sequence[str]], numeric_from: int = 2) -> Table:
@@ -85,7 +124,18 @@ def to_markdown(blocks: Sequence[Block]) -> str:
             parts.append(f"![{block.caption}]({block.path})\n\n_{block.caption}_ ([PDF]({pdf}))")
         elif isinstance(block, Code):
             parts.append(f"```\n{block.text}\n```")
+        elif isinstance(block, Contents):
+            parts.append(f"## {CONTENTS_TITLE}")
+            top = min((level for level, _, _ in block.entries), default=2)
+            parts.append("\n".join(f"{'  ' * (level - top)}- [{_link_text(text)}](#{target})"
+                                    for level, text, target in block.entries))
     return "\n\n".join(parts) + "\n"
+
+
+def _link_text(text: str) -> str:
+    """A heading as a link's text: its own links unwrapped, brackets escaped."""
+    text = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", text)
+    return text.replace("[", "\\[").replace("]", "\\]")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -139,11 +189,32 @@ def _html_figure(block: Figure, base: Path, inline_images: bool) -> str:
             f"<figcaption>{_inline(block.caption)}</figcaption></figure>")
 
 
+def _html_contents(block: Contents) -> str:
+    """The contents as nested lists of links to the headings' ids."""
+    out, depth = [], 0
+    top = min((level for level, _, _ in block.entries), default=2)
+    for level, text, target in block.entries:
+        want = level - top + 1
+        while depth < want:
+            out.append("<ul>")
+            depth += 1
+        while depth > want:
+            out.append("</ul>")
+            depth -= 1
+        out.append(f'<li><a href="#{target}">{_inline(text)}</a></li>')
+    out.append("</ul>" * depth)
+    return '<nav class="contents">' + "".join(out) + "</nav>"
+
+
 def to_html(blocks: Sequence[Block], base: Path, title: str, inline_images: bool = True) -> str:
     parts = []
+    expanded = []  # a Contents block is its heading and its list: anchors count that heading as Markdown does
     for block in blocks:
+        expanded += [Heading(2, CONTENTS_TITLE), block] if isinstance(block, Contents) else [block]
+    anchors = heading_anchors(expanded)
+    for i, block in enumerate(expanded):
         if isinstance(block, Heading):
-            parts.append(f"<h{block.level}>{_inline(block.text)}</h{block.level}>")
+            parts.append(f'<h{block.level} id="{anchors[i]}">{_inline(block.text)}</h{block.level}>')
         elif isinstance(block, Paragraph):
             parts.append(f"<p>{_inline(block.text)}</p>")
         elif isinstance(block, Bullets):
@@ -154,6 +225,8 @@ def to_html(blocks: Sequence[Block], base: Path, title: str, inline_images: bool
             parts.append(_html_figure(block, base, inline_images))
         elif isinstance(block, Code):
             parts.append(f"<pre>{html.escape(block.text)}</pre>")
+        elif isinstance(block, Contents):
+            parts.append(_html_contents(block))
     body = "\n".join(parts)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<style>{_STYLE}</style></head><body>\n{body}\n</body></html>\n")
@@ -168,5 +241,5 @@ def write_report(blocks: Sequence[Block], folder: Path, title: str) -> tuple[Pat
     return md, page
 
 
-__all__ = ["Block", "Bullets", "Code", "Figure", "Heading", "Paragraph", "Table", "table_block", "to_html",
-           "to_markdown", "write_report"]
+__all__ = ["Block", "Bullets", "Code", "Contents", "Figure", "Heading", "Paragraph", "Table", "anchor",
+           "contents_block", "heading_anchors", "table_block", "to_html", "to_markdown", "write_report"]

@@ -36,6 +36,29 @@ def test_prefect_yaml_deploys_the_three_studies():
     assert flow.name == "study"
 
 
+DEPLOYMENT_ENV = ("SIMCALIB_DATA_MIRROR", "SIMCALIB_SPLITS_DIR")  # what a flow run needs to find the data
+
+
+def test_every_scheduled_deployment_is_created_paused_and_every_one_names_the_data_it_needs(monkeypatch):
+    from prefect.utilities.templating import apply_values
+
+    config = yaml.safe_load((PROJECT_ROOT / "prefect.yaml").read_text())
+    scheduled = [d for d in config["deployments"] if d.get("schedules") or d.get("schedule")]
+    assert [d["name"] for d in scheduled] == ["offline"]
+    for deployment in scheduled:
+        schedules = deployment.get("schedules") or [deployment["schedule"]]
+        paused = deployment.get("paused") is True or all(s.get("active") is False for s in schedules)
+        assert paused, f"{deployment['name']}: a schedule would start runs as soon as it is deployed"
+    environment = {"SIMCALIB_DATA_MIRROR": "/data/pyg", "SIMCALIB_SPLITS_DIR": "/data/splits"}
+    for name, value in environment.items():  # the deploying shell's (Prefect reads $VAR from os.environ)
+        monkeypatch.setenv(name, value)
+    for deployment in config["deployments"]:
+        env = deployment["work_pool"]["job_variables"]["env"]
+        assert set(DEPLOYMENT_ENV) <= set(env), deployment["name"]
+        resolved = apply_values(env, dict(os.environ), remove_notset=False)  # as `prefect deploy` reads them
+        assert {k: resolved[k] for k in DEPLOYMENT_ENV} == environment
+
+
 @pytest.mark.slow
 def test_a_worker_runs_a_deployment_on_a_loopback_server(study_env, tmp_path):
     from flows.services import executable, free_port, prefect_server, prefect_worker
@@ -64,7 +87,7 @@ def test_a_worker_runs_a_deployment_on_a_loopback_server(study_env, tmp_path):
                   "--watch-timeout", "300", timeout=360)
         assert "Completed" in out, out
         schedules = cli("deployment", "inspect", "study/offline")
-        assert "0 2 * * 6" in schedules
+        assert "0 2 * * 6" in schedules and "'paused': True" in schedules  # deployed paused
     finally:
         if worker is not None:
             assert worker.stop() == 0  # SIGINT: a process worker exits cleanly on it

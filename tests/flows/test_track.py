@@ -81,6 +81,19 @@ def test_committed_results_are_logged_once_in_the_study_flows_layout(tmp_path):
     assert after["Citeseer-GAT"].info.run_id != by_name["Citeseer-GAT"].info.run_id
 
 
+def test_track_prints_the_link_to_the_runs_table(tmp_path, capsys):
+    from flows.tracking import runs_table_url
+    from simcalib.cli import main
+
+    folder = committed_folder(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["track", str(folder), "--tracking-uri", uri, "--mlflow-port", "5005"]) == 0
+    experiment_id = MlflowClient(uri).get_experiment_by_name(folder.as_posix()).experiment_id
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"runs table: {runs_table_url('http://127.0.0.1:5005', experiment_id)}"
+    assert last.startswith(f"runs table: http://127.0.0.1:5005/#/experiments/{experiment_id}/runs?")
+
+
 def test_track_refuses_a_folder_without_results_in_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     done = subprocess.run([sys.executable, "-m", "simcalib.cli", "track", str(tmp_path / "empty"), "--tracking-uri",

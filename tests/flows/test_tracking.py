@@ -11,6 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from flows.tracking import (
+    LEADERBOARD_METRICS,
     TAG_CONTENT,
     BenchmarkRecord,
     StudyTracker,
@@ -66,8 +67,8 @@ def test_the_study_experiment_opens_as_a_model_training_runs_table(tmp_path):
     tags = tracker.client.get_experiment(tracker.experiment_id).tags
     assert tags["mlflow.experimentKind"] == "custom_model_development"
     view = json.loads(tags["mlflow.sharedViewState.simcalib"])
-    assert view["selectedColumns"] == ["params.`calibrator`", "metrics.`ece_mean`", "metrics.`ace_mean`",
-                                       "metrics.`nll_mean`", "metrics.`accuracy_mean`", "metrics.`ece_std`"]
+    assert view["selectedColumns"] == ["params.`calibrator`", *(f"metrics.`{m}`" for m in LEADERBOARD_METRICS),
+                                       "metrics.`ece_std`"]
     assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "simcalib.benchmark"}]
     shown = tracker.client.search_runs([tracker.experiment_id], view["searchFilter"])  # the table's rows
     assert sorted(r.info.run_name for r in shown) == [f"Cora-GCN-{c}" for c in sorted(CALIBRATORS)]
@@ -101,6 +102,33 @@ def test_metrics_summaries_and_per_run_steps(tmp_path):
     assert [m.step for m in history] == [0, 1, 2, 3] and [m.value for m in history] == pytest.approx(list(gats["brier"]))
     assert tracker.client.get_run(parent).data.metrics["ece_mean.TS"] == pytest.approx(
         rec.results.loc[rec.results.calibrator == "TS", "ece"].mean())
+
+
+def test_each_calibrators_run_carries_the_leaderboard_metrics_side_by_side(tmp_path):
+    tracker = StudyTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "study-t")
+    rec = record("Cora", runs=4)
+    rows = rec.results.copy()
+    rows.loc[rows["calibrator"] == "GATS", "fit_seconds"] = [0.5, 2.0, 1.0, 4.0]
+    rows.loc[rows["calibrator"] == "UnCal", "accuracy"] = 80.0
+    rows.loc[rows["calibrator"] == "GATS", "accuracy"] = [79.0, 81.0, 78.0, 80.0]  # changes both ways: -0.5
+    rec = BenchmarkRecord(**{**rec.__dict__, "results": rows, "summary": summarize(rows)})
+    parent, _ = tracker.log_benchmark(rec)
+    children = {r.data.tags["simcalib.calibrator"]: r.data.metrics for r in tracker.children(parent)}
+    assert all(set(LEADERBOARD_METRICS) <= set(m) for m in children.values())  # one comparable set per calibrator
+    accuracy = rows.pivot_table(index="fold", columns="calibrator", values="accuracy")
+    gats = children["GATS"]
+    assert gats["accuracy_change_mean"] == pytest.approx((accuracy["GATS"] - accuracy["UnCal"]).mean()) == -0.5
+    assert gats["fit_seconds_median"] == pytest.approx(1.5) and children["UnCal"]["accuracy_change_mean"] == 0.0
+    for name in ("nll", "brier"):
+        assert gats[f"{name}_mean"] == pytest.approx(rows.loc[rows.calibrator == "GATS", name].mean())
+    on_parent = tracker.client.get_run(parent).data.metrics  # and on the benchmark's run, one column per calibrator
+    assert on_parent["fit_seconds_median.GATS"] == pytest.approx(1.5)
+    assert on_parent["accuracy_change_mean.TS"] == pytest.approx(children["TS"]["accuracy_change_mean"])
+
+    without = rows[rows["calibrator"] != "UnCal"]  # nothing to change accuracy against: no such metric, no NaN
+    from flows.tracking import leaderboard_metrics
+
+    assert set(leaderboard_metrics(without, "TS")) == {"ece_mean", "nll_mean", "brier_mean", "fit_seconds_median"}
 
 
 def test_every_calibrator_hyperparameter_is_resolved():

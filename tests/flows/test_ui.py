@@ -67,7 +67,8 @@ def test_browser_finds_the_study_runs_in_the_mlflow_ui(reference, chromium, arti
         dom = chromium.dom(page, size=(2400, 1000))  # wide: the table renders only the columns that fit
         assert "matching runs" in dom and GENAI_OVERVIEW not in dom and "Group: Cora-GCN" in dom
         assert all(f"Cora-GCN-{c}" in dom for c in ("UnCal", "TS", "VS", "ETS"))
-        assert all(column in dom for column in ("ece_mean", "ace_mean", "nll_mean", "accuracy_mean"))
+        assert all(column in dom for column in ("ece_mean", "nll_mean", "brier_mean", "accuracy_change_mean",
+                                                "fit_seconds_median"))  # the leaderboard's columns
         png = chromium.screenshot(page, artifacts_dir / "mlflow_ui_study_runs.png")
         from matplotlib.image import imread
 
@@ -88,6 +89,8 @@ def test_browser_finds_committed_results_loaded_by_track_in_the_mlflow_ui(chromi
         assert "matching runs" in dom and GENAI_OVERVIEW not in dom
         assert "Group: Cora-GCN" in dom and "Group: Citeseer-GAT" in dom
         assert all(f"Cora-GCN-{c}" in dom for c in ("UnCal", "TS", "GATS"))
+        assert all(column in dom for column in ("ece_mean", "nll_mean", "brier_mean", "accuracy_change_mean",
+                                                "fit_seconds_median"))  # the leaderboard's columns
         chromium.screenshot(page, artifacts_dir / "mlflow_ui_committed_results.png")
 
 
@@ -104,12 +107,32 @@ def reference_printout(reference, mlflow_url: str) -> str:
     return printed.getvalue().replace("http://127.0.0.1:5000", mlflow_url)
 
 
+def test_an_empty_optuna_storage_gets_one_line_saying_how_to_fill_it(tmp_path):
+    import shlex
+
+    import optuna
+
+    from flows.services import optuna_storage_note
+    from simcalib.cli import build_parser
+
+    storage = f"sqlite:///{tmp_path / 'searches.db'}"
+    note = optuna_storage_note(storage)
+    assert note is not None and "\n" not in note and f"{storage} holds no search yet" in note
+    command = shlex.split(note[note.index("`") + 1:note.rindex("`")])
+    assert command[:2] == ["simcalib", "tune"]
+    args = build_parser().parse_args(command[1:])  # a command the CLI takes, into the same storage
+    assert args.storage == storage and args.tuned_dir == ".cache/tuned" and args.trials == 10
+    optuna.create_study(storage=storage, study_name="Cora_GCN_TS")
+    assert optuna_storage_note(storage) is None  # a storage with a search: the dashboard shows it
+
+
 @pytest.mark.slow
 def test_all_three_dashboards_answer_on_loopback(reference, tmp_path):
     with simcalib_ui(reference.result["tracking_uri"], tmp_path, SERVICES) as (ports, printed):
         urls = {"mlflow": f"http://127.0.0.1:{ports['mlflow']}/health",
                 "optuna": f"http://127.0.0.1:{ports['optuna']}/api/studies",
                 "prefect": f"http://127.0.0.1:{ports['prefect']}/api/health"}
+        assert "holds no search yet; `simcalib tune" in printed  # o.db is empty
         for name, url in urls.items():
             assert f"http://127.0.0.1:{ports[name]}" in printed
             with urllib.request.urlopen(url, timeout=10) as response:

@@ -13,7 +13,8 @@ from simcalib.store.results_store import RESULT_COLUMNS
 # Calibrators as temperatures on the same logits: UnCal overconfident, the others closer to calibrated.
 TEMPERATURES = {"UnCal": 0.45, "TS": 1.0, "ETS": 1.05, "CaGCN": 1.2, "GATS": 0.95, "SimCalib": 1.0,
                 "SimCalib_l": 0.9, "SimCalib_w0.5": 0.85, "Dirichlet": 1.1, "SimCalib_decay_all": 1.02,
-                "GETS": 0.7, "GETS_ap": 0.75, "GETS_holdout": 0.9, "WATS": 0.98}
+                "GETS": 0.7, "GETS_ap": 0.75, "GETS_holdout": 0.9, "WATS": 0.98, "VS": 1.08, "IRM": 1.03,
+                "MyCal": 1.07}  # MyCal: a calibrator no registry knows (another package's)
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:

@@ -32,9 +32,10 @@ def test_report_of_a_partial_study_has_tables_tests_figures_and_theory(synthetic
     # every mean with its interval, the newer estimators with their coverage, the cost table and figure
     for text in ("|  | 95% CI |  | [", "**The resampling unit is the split**", "| Mean diff | Diff 95% CI |",
                  "degree-binned ECE (`degree_ece`) in 0 of", "benchmarks: none",
-                 "not recorded: none of the", "### Fit time (s) of every calibrator: median over runs",
-                 "figures/cost_ece_vs_fit_time.png", "Orange: the smooth reliability curve", "on Cora GCN"):
+                 "### Fit time (s) of every calibrator: median over runs",
+                 "figures/cost_ece_vs_fit_time.png", "Dotted black line: the smooth reliability curve", "on Cora GCN"):
         assert text in md, text
+    assert "not recorded: none of the" not in md  # a table whose rows lack its metric has no section
     assert (out.folder / "figures" / "cost_ece_vs_fit_time.csv").is_file()
     paired = pd.read_csv(out.folder / "significance" / "paired_runs_simcalib_vs_gats.csv")
     assert (paired["diff_ci_low"] <= paired["mean_diff"]).all() and (paired["mean_diff"] <= paired["diff_ci_high"]).all()
@@ -50,7 +51,8 @@ def test_report_of_an_empty_folder_renders_with_notes(tmp_path):
                        theory_grid=SMALL_THEORY)
     md = out.report_md.read_text()
     assert "No results.csv found" in md and "comparisons are skipped" in md
-    assert "not available: no saved predictions" in md and "not run" in md
+    # no section without data: no table, no figure
+    assert "not available" not in md and "## Figures" not in md and "### Table 1" not in md
 
 
 def test_cli_writes_the_report_and_turns_user_errors_into_exit_2(tmp_path, capsys):
@@ -109,8 +111,9 @@ def test_every_report_of_a_manifest_regenerates_from_results_keeping_prediction_
     manifest.write_text(f"- results: {tmp_path / 'results'}\n  out: {out}\n  title: again\n  splits: [1]\n")
     assert main(["report", "--every", str(manifest), "--theory-reps", "20", "--paper-dir", no_paper]) == 0
     md = (out / "report.md").read_text()
-    assert md.startswith("# again\n\n**Regenerate** every number in this report from the committed `results.csv` "
-                         f"files with one command: `make report` (= `simcalib report --every {manifest}`).")
+    assert md.startswith("# again\n\n## Summary\n\n")
+    assert ("**Regenerate** every number in this report from the committed `results.csv` files with one command: "
+            f"`make report` (= `simcalib report --every {manifest}`).") in md
     assert "figures/reliability_uncal_vs_simcalib.png" in md and "Kept from an earlier rendering" in md
     assert (out / "figures" / "reliability_uncal_vs_simcalib.png").read_bytes() == first
     assert "| Cora | GCN | SimCalib, UnCal | 3 |" in md  # split 1 only: 3 of the 6 runs
@@ -169,7 +172,7 @@ def test_a_manifest_entry_draws_data_efficiency_from_its_sweep_without_its_rows_
     manifest.write_text(f"- results: {tmp_path / 'main'}\n  out: {out}\n  title: t\n")
     assert main(["report", "--every", str(manifest), "--theory-reps", "20", "--paper-dir", str(tmp_path / "np")]) == 0
     alone = (out / "tables" / "table1_ece.csv").read_text()
-    assert "not available: no benchmark has results at two or more label rates" in (out / "report.md").read_text()
+    assert "### Data efficiency" not in (out / "report.md").read_text()  # no sweep: no section
 
     manifest.write_text(f"- results: {tmp_path / 'main'}\n  out: {out}\n  title: t\n"
                         f"  data_efficiency: {tmp_path / 'sweep'}\n")
@@ -231,10 +234,8 @@ def test_a_paper_table_with_no_cell_run_names_the_papers_datasets_and_our_rows_o
     md = build_report(tmp_path / "study", tmp_path / "r", paper_dir, theory_reps=20,
                       theory_grid=SMALL_THEORY).report_md.read_text()
     table2 = md[md.index("#### Table 2: ours vs paper"):md.index("### Table 3")]
-    table4 = md[md.index("#### Table 4: ours vs paper"):]
     assert "are on CoraFull, none of which has results here: our rows in the table above" in table2
-    assert "are on CoraFull, none of which has results here." in table4  # no w sweep ran: no rows of ours
-    assert "our rows in the table above" not in table4[:table4.index("| Dataset")]
+    assert "Table 4" not in md  # no w sweep ran: no rows of ours, no section (its paper cells stay in the CSV)
 
 
 def test_the_estimator_tables_hold_the_rows_that_have_them_and_name_the_benchmarks(tmp_path):
