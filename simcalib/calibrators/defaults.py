@@ -32,8 +32,8 @@ def default_weight_decay(method: str, dataset: str | None = None, backbone: str 
     """The protocol's default weight decay of ``method`` on (dataset, backbone)."""
     method = method.lower()
     # closed-form fits (irm, spline); Dirichlet regularises by ODIR instead; GETS: its configs' own (GETS_CONFIGS);
-    # WATS's configs use none
-    if method in ("uncal", "ts", "vs", "ets", "irm", "spline", "dirichlet", "gets", "wats"):
+    # WATS's configs use none; AutoCal has no parameter of its own (its candidates keep their own)
+    if method in ("uncal", "ts", "vs", "ets", "irm", "spline", "dirichlet", "gets", "wats", "autocal"):
         return 0.0
     if method == "orderinvariant":
         return ORDER_INVARIANT_WEIGHT_DECAY.get((dataset, backbone), 5e-4)
