@@ -7,10 +7,10 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    """``simcalib.select_calibrator`` (:mod:`simcalib.selection`), imported on first use so that importing the
-    package (e.g. for the command line's help) loads no torch."""
+    """``simcalib.select_calibrator`` (:mod:`simcalib.calibrators.selection`), imported on first use: importing
+    the package (e.g. for the command line's help) loads no torch."""
     if name == "select_calibrator":
-        from simcalib.selection import select_calibrator
+        from simcalib.calibrators.selection import select_calibrator
 
         return select_calibrator
     raise AttributeError(f"module 'simcalib' has no attribute {name!r}")

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from simcalib.calibrators.base import HIDDEN_LABEL, CalibrationGraph, Calibrator
 from simcalib.calibrators.training import shuffled_by_class
-from simcalib.errors import ConfigError, TrainingDivergedError
+from simcalib.errors import ConfigError, SimCalibError, TrainingDivergedError
 from simcalib.seeding import derive_seed
 
 # The default candidates (docs/decisions.md, "AutoCal's candidates"): the lowest mean ranks and most wins of the
@@ -124,7 +124,10 @@ class AutoCal(Calibrator):
 
         if isinstance(candidates, str):
             candidates = [c for c in candidates.split(",") if c.strip()]
-        names = [canonical_calibrator(c) for c in candidates]
+        try:
+            names = [canonical_calibrator(c) for c in candidates]
+        except SimCalibError as exc:
+            raise ConfigError(f"AutoCal's candidates: {exc}") from None
         if not names:
             raise ConfigError("AutoCal needs at least one candidate; give candidates=[...] of registered names")
         repeated = sorted({n for n in names if names.count(n) > 1})

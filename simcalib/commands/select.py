@@ -119,8 +119,8 @@ def graph_from_outputs(path: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from simcalib.calibrators.selection import _save_winner, select_calibrator
     from simcalib.errors import ConfigError
-    from simcalib.selection import _save_winner, select_calibrator
 
     dataset = backbone = None
     if args.outputs:
@@ -144,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     print(selection.table())
     message = f"chosen: {selection.winner_name} (refitted on all {selection.num_nodes} calibration nodes)"
     if args.save.lower() != "none":
-        message += f"; saved to {_save_winner(args.save, selection)} (simcalib.selection.load_winner reads it)"
+        saved = _save_winner(args.save, selection)
+        message += f"; saved to {saved} (simcalib.calibrators.selection.load_winner reads it)"
     print(message)
     return 0
