@@ -118,8 +118,8 @@ def test_the_shipped_study_files():
     assert quick.runs_per_benchmark() == 3 and quick.spec.calibrators == "all"
 
     offline = load_study(STUDY_DIR / "offline.yaml")
-    assert offline.datasets == ["Cora", "Citeseer", "Computers", "Photo", "CS", "Physics"]
-    assert len(offline.benchmarks()) == 12 and offline.runs_per_benchmark() == 75
+    assert offline.datasets == ["Cora", "Citeseer", "Pubmed", "Computers", "Photo", "CS", "Physics"]
+    assert len(offline.benchmarks()) == 14 and offline.runs_per_benchmark() == 75
 
     paper = load_study(STUDY_DIR / "paper.yaml")
     assert len(paper.benchmarks()) == 16 and paper.runs_per_benchmark() == 75
