@@ -251,3 +251,22 @@ def test_simcalib_select_refuses_a_bad_candidate_in_one_line(tmp_path, capsys):
     assert main(["select", "--outputs", str(outputs), "--candidates", "TS,Nonexistent", "--save", "none"]) == 2
     err = capsys.readouterr().err
     assert "AutoCal's candidates: unknown calibrator 'Nonexistent'" in err and err.count("\n") == 1
+
+
+def test_simcalib_select_on_a_registered_run_chooses_on_the_protocols_view_of_it(tiny_protocol, tmp_path, capsys):
+    from simcalib.experiment.protocol import Run, calibration_graph, train_run_backbone
+
+    saved = tmp_path / "winner.pt"
+    assert main(["select", "--dataset", "cora", "--backbone", "gcn", "--split", "1", "--fold", "2", "--candidates",
+                 "TS,ETS", "--parts", "3", "--seed", "4", "--max-epochs", "20", "--cache-dir", tiny_protocol.cache_dir,
+                 "--splits-dir", tiny_protocol.splits_dir, "--data-mirror", tiny_protocol.mirror, "--device", "cpu",
+                 "--save", str(saved)]) == 0
+    out = capsys.readouterr().out
+    run = Run("Cora", "GCN", 1, 0, 2)
+    graph, _ = calibration_graph(run, tiny_protocol, train_run_backbone(run, tiny_protocol))  # test labels hidden
+    expected = select_calibrator(graph, candidates=["TS", "ETS"], parts=3, seed=4, dataset="Cora", backbone="GCN")
+    assert out.startswith("AutoCal selection on Cora_GCN_s1_i0_f2: 2708 nodes, 7 classes\n")
+    assert expected.table() in out
+    model, record = load_winner(saved)
+    assert record["dataset"] == "Cora" and record["calibrator"] == expected.winner_name
+    assert torch.allclose(model.predict_proba(graph), expected.winner.predict_proba(graph))
