@@ -19,4 +19,8 @@ def __getattr__(name: str):
         from simcalib.calibrators import load_calibrator
 
         return load_calibrator
+    if name == "select_calibrator":  # simcalib.calibrators.selection; importing the package loads no torch
+        from simcalib.calibrators.selection import select_calibrator
+
+        return select_calibrator
     raise AttributeError(f"module 'simcalib' has no attribute {name!r}")

@@ -88,6 +88,8 @@ def test_poisoned_test_labels_leave_the_backbone_every_calibrator_and_every_row_
     for name in names:
         assert torch.equal(clean[1][name], poisoned[1][name]), name
         assert same_row(clean[2][name], poisoned[2][name]), name
+    # AutoCal among them: its cross-fitting reads the calibration fold only, and its row names its choice
+    assert "AutoCal" in names and clean[2]["AutoCal"]["selected"] in names
     # Positive controls, so the comparison above can fail. Wrong labels on the backbone's training folds: another
     # backbone, hence other rows for every calibrator.
     train_idx, _, _ = split.fold_indices(RUN.fold)

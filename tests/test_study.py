@@ -118,8 +118,8 @@ def test_the_shipped_study_files():
     assert quick.runs_per_benchmark() == 3 and quick.spec.calibrators == "all"
 
     offline = load_study(STUDY_DIR / "offline.yaml")
-    assert offline.datasets == ["Cora", "Citeseer", "Computers", "Photo", "CS", "Physics"]
-    assert len(offline.benchmarks()) == 12 and offline.runs_per_benchmark() == 75
+    assert offline.datasets == ["Cora", "Citeseer", "Pubmed", "Computers", "Photo", "CS", "Physics"]
+    assert len(offline.benchmarks()) == 14 and offline.runs_per_benchmark() == 75
 
     paper = load_study(STUDY_DIR / "paper.yaml")
     assert len(paper.benchmarks()) == 16 and paper.runs_per_benchmark() == 75
@@ -178,3 +178,16 @@ def test_the_heterophily_study_runs_every_calibrator_of_the_headline_on_generate
     plan = plan_benchmark("tolokers", "GCN", study.splits, study.inits, study.folds, [], study.settings(), tmp_path,
                           data=False)
     assert set(plan.split_sources.values()) == {"generated"} and {e.file for e in plan.splits} == {None}
+
+
+def test_the_autocal_studies_cover_the_24_benchmarks_on_the_headline_and_heterophily_runs():
+    offline, heterophily = load_study(STUDY_DIR / "offline.yaml"), load_study(STUDY_DIR / "heterophily.yaml")
+    files = {name: load_study(STUDY_DIR / f"{name}.yaml") for name in ("autocal", "autocal_heterophily", "autocal_binary")}
+    assert all([c.name for c in study.calibrators] == ["AutoCal"] for study in files.values())
+    assert set(files["autocal"].benchmarks()) == set(offline.benchmarks())
+    assert set(files["autocal_heterophily"].benchmarks()) | set(files["autocal_binary"].benchmarks()) == set(
+        heterophily.benchmarks())
+    assert [s.runs_per_benchmark() for s in files.values()] == [75, 75, 15] and files["autocal_binary"].inits == [0]
+    assert files["autocal"].settings() == offline.settings()  # the headline's runs and backbones
+    assert files["autocal_heterophily"].settings() == files["autocal_binary"].settings() == heterophily.settings()
+    assert len({s.output for s in files.values()}) == 1 and offline.output not in {s.output for s in files.values()}

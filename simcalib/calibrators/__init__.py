@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from simcalib.calibrators.autocal import AutoCal
 from simcalib.calibrators.base import (
     HIDDEN_LABEL,
     SAVED_FORMAT,
@@ -340,9 +341,11 @@ register_calibrator("GATS_tuned", GATS, "GATS with its tuned options for the ben
 # The mixing weight as a fixed parameter (paper Table 4; t still chosen from its grid on labelled nodes).
 for _w in (0.5, 0.6, 0.8, 0.9):
     register_calibrator(f"SimCalib_w{_w:g}", SimCalib, f"SimCalib with the mixing weight fixed at w = {_w:g}", w=_w)
+# A calibrator chosen per run among registered ones by cross-fitting on the calibration fold (docs/decisions.md).
+register_calibrator("AutoCal", AutoCal)
 
 __all__ = [
-    "CALIBRATORS", "ETS", "GATS", "GETS", "HIDDEN_LABEL", "IRM", "TS", "VS", "CaGCN", "CalibrationGraph",
+    "AutoCal", "CALIBRATORS", "ETS", "GATS", "GETS", "HIDDEN_LABEL", "IRM", "TS", "VS", "CaGCN", "CalibrationGraph",
     "Calibrator", "CalibratorDefinition", "CalibratorEntry", "Dirichlet", "is_external", "OrderInvariant", "SimCalib", "Spline",
     "TemperatureCalibrator", "UnCal", "WATS", "build_calibrator", "calibrator_definition", "calibrator_names",
     "calibrator_seed_name", "canonical_calibrator", "defaults_taken",

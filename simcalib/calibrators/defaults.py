@@ -30,7 +30,8 @@ ORDER_INVARIANT_WEIGHT_DECAY = {
 
 # closed-form fits (irm, spline); Dirichlet regularises by ODIR instead; GETS: its configs' own (GETS_CONFIGS);
 # WATS's configs use none. Every other method's default weight decay is per benchmark.
-NO_WEIGHT_DECAY = ("uncal", "ts", "vs", "ets", "irm", "spline", "dirichlet", "gets", "wats")
+# AutoCal has no parameter of its own (its candidates keep their own)
+NO_WEIGHT_DECAY = ("uncal", "ts", "vs", "ets", "irm", "spline", "dirichlet", "gets", "wats", "autocal")
 
 
 def weight_decay_is_per_benchmark(method: str) -> bool:

@@ -51,6 +51,10 @@ AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_s
 # resolved definition (CALIBRATOR_OPTIONS_COLUMN, CALIBRATOR_DIGEST_COLUMN: simcalib.store.integrity).
 LATER_COLUMNS = [*BINARY_METRIC_NAMES, "one_class_backbone", "homophily_bins", CALIBRATOR_OPTIONS_COLUMN,
                  CALIBRATOR_DIGEST_COLUMN]
+# What a selecting calibrator chose (the audit of simcalib.calibrators.autocal.AutoCal: the candidate's name, and
+# every candidate's held-out score as JSON): columns of its rows only, after RESULT_COLUMNS (append_rows keeps a
+# row's further columns there), empty in the other calibrators' rows of a file that holds them.
+SELECTION_COLUMNS = ["selected", "selection_scores"]
 RESULT_COLUMNS = [*KEY_COLUMNS, "seed", *BASE_METRIC_NAMES, "fit_seconds", "label_rate", *AUDIT_COLUMNS,
                   "backbone_digest", "figure_bins", *DEFINITION_COLUMNS, *ESTIMATOR_NAMES, BACKBONE_OPTIONS_COLUMN,
                   *LATER_COLUMNS]
@@ -222,6 +226,6 @@ def summarize(results: pd.DataFrame, metrics: Sequence[str] = METRIC_NAMES) -> p
 
 
 
-__all__ = ["AUDIT_COLUMNS", "KEY_COLUMNS", "LATER_COLUMNS", "RESULT_COLUMNS", "append_rows", "check_results_file",
+__all__ = ["AUDIT_COLUMNS", "KEY_COLUMNS", "LATER_COLUMNS", "RESULT_COLUMNS", "SELECTION_COLUMNS", "append_rows", "check_results_file",
            "check_resume_source", "copy_finished_rows", "known_backbone_digests", "read_results", "result_key",
            "result_keys", "rewrite_results", "run_key", "summarize"]

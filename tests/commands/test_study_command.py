@@ -56,14 +56,14 @@ def test_check_shows_the_plan(capsys):
     out = capsys.readouterr().out
     study = load_study(PROJECT_ROOT / "study" / "offline.yaml")
     calibrators = len(study.calibrators)
-    assert f"12 benchmarks, {calibrators} calibrators, 900 runs (75 per benchmark)" in out
-    assert f"900 pretrain + {900 * calibrators} calibrate" in out
+    assert f"14 benchmarks, {calibrators} calibrators, 1050 runs (75 per benchmark)" in out
+    assert f"1050 pretrain + {1050 * calibrators} calibrate" in out
     assert "runner       dask x 2 at tcp://10.0.0.5:8786" in out
     lines = out.splitlines()
     # one line per benchmark, one per dataset's split sources, one per distinct calibrator definition
     assert sum(line.startswith("    Cora-GCN: 75 runs (splits 0-4, inits 0-4, folds 0-2") for line in lines) == 1
     assert sum(line.startswith("  splits       ") for line in lines) == len(study.datasets)
-    assert sum(" runs (splits " in line for line in lines) == 12
+    assert sum(" runs (splits " in line for line in lines) == 14
     assert sum(line.startswith("    TS ") and "on all benchmarks" in line for line in lines) == 1
 
 
