@@ -113,6 +113,9 @@ class AutoCal(Calibrator):
         - **output:** log-probabilities :math:`[N, K]`, those of the chosen candidate
     """
 
+    selects_among_others = True  # its candidates are calibrators of their own: `calibrators: all` leaves it out
+
+
     name = "AutoCal"
 
     def __init__(self, num_classes: int, candidates: Sequence[str] = DEFAULT_CANDIDATES, score: str = "nll",

@@ -353,7 +353,7 @@ def _label_rates(value: float | list[float], study_where) -> list[float]:
 def _check_names(study: Study) -> None:
     """Datasets, backbones, calibrators, their options and the backbone overrides, each error naming its line."""
     from simcalib.backbones import BackboneConfig, backbone_name
-    from simcalib.calibrators import build_calibrator, calibrator_names, canonical_calibrator
+    from simcalib.calibrators import CALIBRATORS, build_calibrator, calibrator_names, canonical_calibrator
     from simcalib.data import get_spec
 
     def resolve(path: Path_, fn, value):
@@ -375,7 +375,10 @@ def _check_names(study: Study) -> None:
                               f"valid options are: {', '.join(sorted(fields))}")
 
     if spec.calibrators == "all":
-        entries: list[tuple[Path_, str, Any]] = [(("calibrators",), name, None) for name in calibrator_names()]
+        # every built-in calibrator but those that select among others (AutoCal fits each candidate five times:
+        # it runs where a study names it)
+        entries: list[tuple[Path_, str, Any]] = [(("calibrators",), name, None) for name in calibrator_names()
+                                                 if not getattr(CALIBRATORS[name].cls, "selects_among_others", False)]
     elif isinstance(spec.calibrators, list):
         entries = [(("calibrators", i), name, None) for i, name in enumerate(spec.calibrators)]
     else:
