@@ -15,7 +15,7 @@
 * **Tracking**: each trial is an MLflow run (optuna-integration's MLflowCallback) in the experiment named
   after the study, with the per-run values as a stepped metric.
 * **Feedback**: the best options (plus the space's fixed ones) go to ``study/tuned/<Dataset>_<Backbone>.yaml``
-  with :func:`simcalib.tuning.store.save_tuned_params`, where the study reads them when a calibrator says ``tuned``.
+  with :func:`simcalib.store.tuned.save_tuned_params`, where the study reads them when a calibrator says ``tuned``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from simcalib.tuning import (
     tuning_order,
 )
 from simcalib.tuning.comparison import compare_tuned, summarize_comparison, write_report
-from simcalib.tuning.store import load_tuned_params, save_tuned_params, tuned_path
+from simcalib.store.tuned import load_tuned_params, save_tuned_params, tuned_path
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 SAMPLERS = ("tpe", "grid")

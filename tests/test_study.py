@@ -83,7 +83,7 @@ def test_list_and_all_forms_of_calibrators(tmp_path, monkeypatch):
 
 
 def test_tuned_options_are_read_per_benchmark_and_missing_ones_name_the_line(tmp_path, mirror_dir):
-    from simcalib.tuning.store import save_tuned_params
+    from simcalib.store.tuned import save_tuned_params
 
     text = VALID.replace("ts: {lr: 0.05}", "ts: tuned\n  VS: tuned:TS").replace("[cora, CiteSeer]", "[cora]")
     text += f"tuned_dir: {tmp_path / 'tuned'}\ndata: {{mirror: {mirror_dir}}}\n"

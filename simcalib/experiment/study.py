@@ -246,7 +246,7 @@ class Study:
         """The options of ``calibrator`` on one benchmark (tuned ones read now; ConfigError naming the line)."""
         if calibrator.tuned_from is None:
             return dict(calibrator.options)
-        from simcalib.tuning.store import load_tuned_params  # torch and the registry: only for tuned names
+        from simcalib.store.tuned import load_tuned_params  # torch and the registry: only for tuned names
 
         try:
             return load_tuned_params(dataset, backbone, calibrator.tuned_from, self.spec.tuned_dir)
