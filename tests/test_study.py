@@ -49,7 +49,7 @@ def test_a_valid_file_is_normalised(tmp_path):
     assert settings.study_seed == 10 and settings.fold_rate == pytest.approx(0.05)
     assert settings.backbone_overrides == (("max_epochs", 50),)
     assert study.output == Path("out/t") and study.benchmark_dir("Cora", "GCN") == Path("out/t/Cora_GCN")
-    assert study.spec.task_runner.kind == "threads" and study.experiment_name == "study-t"
+    assert study.spec.task_runner.kind == "processes" and study.experiment_name == "study-t"
 
 
 @pytest.mark.parametrize("text, expected", [
