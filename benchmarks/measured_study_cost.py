@@ -286,7 +286,7 @@ def main() -> int:
             for name in needed:
                 if (dataset, name) not in epoch_times:
                     sys.exit(f"--epoch-times has no {name} epoch of {dataset}: measure it with "
-                             f"benchmarks/gat_attention_speed.py --datasets {dataset} --gcn")
+                             f"benchmarks/speed/gat_attention_speed.py --datasets {dataset} --gcn")
             if args.epoch_basis == "today":
                 s_per_epoch = epoch_times[dataset, kernel]
                 backbone_s = info["epochs"] * s_per_epoch

@@ -14,4 +14,5 @@ COMMAND_MODULES = [
     "simcalib.commands.ui",
     "simcalib.commands.track",
     "simcalib.commands.feature_signal",
+    "simcalib.commands.results",
 ]
