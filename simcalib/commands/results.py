@@ -1,4 +1,5 @@
-"""``simcalib compare`` and ``simcalib paired-tests``: questions about finished results, no training.
+"""``simcalib compare``, ``simcalib paired-tests`` and ``simcalib cost``: questions about finished results, no
+training.
 
 * ``compare NEW OLD``: do two results files agree on the runs both hold (:mod:`simcalib.report.compare`); OLD may
   be ``git:REV:PATH``, the file as committed at REV, so rows a study has just rewritten are compared with the rows
@@ -7,6 +8,8 @@
   report's (:func:`simcalib.report.stats.paired_comparisons`), for any pairs and optionally a subset of splits;
   with ``--across-benchmarks``, the paper's test over per-benchmark means instead
   (:func:`simcalib.report.stats.across_benchmarks_all`), each benchmark from the first folder that has it.
+* ``cost RESULTS... --study FILE``: what the study's runs cost, read back from their rows and the backbone cache,
+  and what the rest of the study will cost (:mod:`simcalib.report.cost`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,19 @@ def register(sub) -> None:
     paired.add_argument("--method", default="SimCalib", help="with --across-benchmarks (default SimCalib)")
     paired.add_argument("--references", help="with --across-benchmarks: comma list (default: every other calibrator)")
     paired.set_defaults(func=run_paired_tests)
+
+    cost = sub.add_parser("cost", help="what a study's finished runs cost and what the rest will cost",
+                          description="Per benchmark of the study: a backbone's epochs and seconds (backbone cache), "
+                                      "each calibrator's mean fit seconds (results.csv; a calibrator without rows "
+                                      "projected by node count), and the CPU-hours and wall hours of the runs "
+                                      "the results folders lack.")
+    cost.add_argument("results", nargs="+", help="results folders (every results.csv below them is read)")
+    cost.add_argument("--study", required=True, help="the study file whose runs are counted and projected")
+    cost.add_argument("--cache", default=None, help="backbone cache of the runs (default: the study's, else "
+                                                    "$SIMCALIB_CACHE_DIR or .cache/simcalib)")
+    cost.add_argument("--schedule", action="store_true",
+                      help="the remaining runs as tasks in the study's order on its workers: their makespan")
+    cost.set_defaults(func=run_cost)
 
 
 def _int_list(text: str) -> list[int]:
@@ -138,7 +154,12 @@ def run_paired_tests(args: argparse.Namespace) -> int:
 
     from simcalib.report.render import table_block, to_markdown
     from simcalib.report.results import load_study_results
-    from simcalib.report.stats import PAIRED_HEADER, across_benchmarks_all, paired_comparison_cells, paired_comparisons
+    from simcalib.report.stats import (
+        PAIRED_HEADER,
+        across_benchmarks_all,
+        paired_comparison_cells,
+        paired_comparisons,
+    )
 
     if args.across_benchmarks:
         means, sources = pooled_means(args.results, args.metric)
@@ -164,4 +185,45 @@ def run_paired_tests(args: argparse.Namespace) -> int:
         if (method, reference) not in found:
             print(f"{method}:{reference}: no run with both calibrators")
     print(to_markdown([table_block(PAIRED_HEADER, paired_comparison_cells(frame), 3)]))
+    return 0
+
+
+def run_cost(args: argparse.Namespace) -> int:
+    import os
+
+    import numpy as np
+
+    from simcalib.data.registry import get_spec
+    from simcalib.experiment.study import load_study
+    from simcalib.report.cost import makespan, read_results, study_cost
+
+    study = load_study(args.study)
+    cache = Path(args.cache or study.spec.data.cache_dir or os.environ.get("SIMCALIB_CACHE_DIR") or ".cache/simcalib")
+    names = [c.name for c in study.calibrators]
+    runs_asked, workers = study.runs_per_benchmark(), study.spec.task_runner.workers
+    nodes = {dataset: get_spec(dataset).num_nodes for dataset, _ in study.benchmarks()}
+    table, projected = study_cost(read_results(args.results), study.benchmarks(), names, runs_asked, cache, nodes)
+    print(f"{args.study}: {runs_asked} runs per benchmark, {len(names)} calibrators, {workers} worker processes; "
+          f"backbones from {cache}")
+    print(f"{'benchmark':<16} {'done':>4} {'with rows':>9} {'backbones':>9} {'epochs':>6} {'s/epoch':>8} "
+          f"{'backbone s':>10} {'calib s':>8} {'run s':>7} {'rest CPU-h':>10}")
+    for r in table.itertuples():
+        name = f"{r.dataset} {r.backbone}"
+        if np.isnan(r.backbone_s):
+            print(f"{name:<16} {r.done:>4} {r.with_rows:>9} {0:>9}  no cached backbone in {cache}: not projected")
+            continue
+        print(f"{name:<16} {r.done:>4} {r.with_rows:>9} {r.backbones:>9} {r.epochs:>6.0f} {r.s_per_epoch:>8.3f} "
+              f"{r.backbone_s:>10.1f} {r.calib_s:>8.1f} {r.run_s:>7.1f} {r.remaining_s / 3600:>10.2f}")
+    if projected:
+        print("fit seconds projected by node count (no row on the benchmark): " + ", ".join(
+            f"{d} {b} {n} from {source} {source_backbone}" for (d, b, n), (source, source_backbone) in projected.items()))
+    measured = table.dropna(subset=["backbone_s"])
+    whole, rest = runs_asked * measured["run_s"].sum(), measured["remaining_s"].sum()
+    print(f"the whole study on the {len(measured)} benchmarks projected: {whole / 3600:.1f} CPU-hours, "
+          f"{whole / workers / 3600:.1f} h on {workers} workers")
+    print(f"the rest: {rest / 3600:.1f} CPU-hours, {rest / workers / 3600:.1f} h on {workers} workers")
+    if args.schedule:
+        tasks = [t for entry in measured["tasks"] for t in entry]
+        print(f"the rest as tasks in the study's order: makespan {makespan(tasks, workers) / 3600:.1f} h, longest "
+              f"first {makespan(sorted(tasks, reverse=True), workers) / 3600:.1f} h")
     return 0
