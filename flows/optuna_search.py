@@ -36,6 +36,7 @@ from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.experiment.protocol import ProtocolSettings, Run, make_runs
 from simcalib.experiment.study import DEFAULT_TRACKING_URI  # one MLflow store for studies and searches
 from simcalib.seeding import STUDY_SEED, derive_seed
+from simcalib.store.tuned import load_tuned_params, save_tuned_params, tuned_path
 from simcalib.tuning import (
     DEFAULT_SPACE,
     CalibrationObjective,
@@ -47,7 +48,6 @@ from simcalib.tuning import (
     tuning_order,
 )
 from simcalib.tuning.comparison import compare_tuned, summarize_comparison, write_report
-from simcalib.store.tuned import load_tuned_params, save_tuned_params, tuned_path
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 SAMPLERS = ("tpe", "grid")

@@ -14,6 +14,7 @@ from simcalib import cli
 from simcalib.errors import ConfigError
 from simcalib.report.cost import check_projection, fill_unmeasured, makespan
 
+
 @pytest.mark.parametrize("durations,workers,expected", [
     ([1, 1, 1, 1, 4], 2, 6),  # the long job last: one worker idles while the other runs it
     ([4, 1, 1, 1, 1], 2, 4),  # longest first: the short jobs fill the other worker
