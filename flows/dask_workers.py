@@ -10,8 +10,9 @@ close, waits, and SIGKILLs it, and the server lives on, orphaned (measured: dist
 starts that server when the worker joins, in the worker's main thread (where plugins run), with
 :func:`flows.runners.start_temporary_server`: detached from the terminal and with the kernel's parent-death
 signal, which is tied to the thread that started the child, hence the main thread. The tasks then find the
-server running and use it, and the server ends with the worker process however that ends. Where a server is
-configured, the plugin starts nothing.
+server running and use it, and the server ends with the worker process however that ends. Where the flow has a
+server configured, its URL travels with every task and no plugin is registered; where a worker has one of its own
+(``PREFECT_API_URL``), the plugin starts nothing.
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ class StudyDaskTaskRunner(DaskTaskRunner):
 
     @property
     def client(self):
+        from prefect.settings import get_current_settings
+
         started = self._client is not None
         client = DaskTaskRunner.client.fget(self)
-        if not started:
+        if not started and not get_current_settings().api.url:  # a configured server travels with every task
             client.register_plugin(TemporaryServerOnWorkers(), name=PLUGIN_NAME)
         return client
 
