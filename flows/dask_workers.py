@@ -8,7 +8,7 @@ close, waits, and SIGKILLs it, and the server lives on, orphaned (measured: dist
 
 :class:`TemporaryServerOnWorkers`, a worker plugin that :class:`StudyDaskTaskRunner` registers on its client,
 starts that server when the worker joins, in the worker's main thread (where plugins run), with
-:func:`flows.runners.start_temporary_server`: detached from the terminal and with the kernel's parent-death
+:func:`flows.temporary_server.start_temporary_server`: detached from the terminal and with the kernel's parent-death
 signal, which is tied to the thread that started the child, hence the main thread. The tasks then find the
 server running and use it, and the server ends with the worker process however that ends. Where the flow has a
 server configured, its URL travels with every task and no plugin is registered; where a worker has one of its own
@@ -20,7 +20,7 @@ from __future__ import annotations
 from distributed.diagnostics.plugin import WorkerPlugin
 from prefect_dask import DaskTaskRunner
 
-from flows.runners import start_temporary_server
+from flows.temporary_server import start_temporary_server
 
 PLUGIN_NAME = "simcalib-temporary-prefect-server"
 

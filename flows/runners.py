@@ -2,7 +2,7 @@
 
 * ``processes`` (default): ``ProcessPoolTaskRunner``, one task per process, so the numerics use every worker's
   core. In ephemeral mode (no ``PREFECT_API_URL``) every worker process would start its own temporary API server
-  (../shared/STACK.md); :func:`shared_api_server` starts one (:func:`start_temporary_server`) and points the
+  (../shared/STACK.md); :func:`shared_api_server` starts one (:func:`flows.temporary_server.start_temporary_server`) and points the
   worker processes at it. Ctrl-C ends the worker processes at once (:func:`end_on_interrupt`).
 * ``threads``: Prefect's ``ThreadPoolTaskRunner`` in the flow's process. torch's random state is
   process-global, so the study's tasks hold one lock while they compute: threads overlap Prefect's
@@ -17,16 +17,13 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
-import subprocess
-import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
+from flows.temporary_server import start_temporary_server
 from simcalib.errors import ConfigError
 from simcalib.experiment.study import TaskRunnerSpec
 
@@ -66,25 +63,6 @@ def end_on_interrupt() -> None:
     signal.signal(signal.SIGINT, lambda signum, frame: os._exit(128 + signum))
 
 
-def start_temporary_server() -> str | None:
-    """In ephemeral mode (no ``PREFECT_API_URL``): start Prefect's temporary API server now, detached from the
-    terminal (setsid), and return its URL (None when a server is configured); flows then use it (Prefect keeps one
-    per process) and Prefect's exit handler stops it. Started by Prefect on entering a flow instead, the server
-    shares the terminal's foreground process group: a Ctrl-C stops it with the study, and the interrupted flow
-    waits on the dead server instead of exiting (docs/decisions.md, "Ctrl-C stops a study"). Call it before the
-    first flow."""
-    from prefect.settings import get_current_settings
-
-    if get_current_settings().api.url:
-        return None
-    from prefect.server.api.server import SubprocessASGIServer
-
-    server = SubprocessASGIServer()  # the singleton the flow's own client uses in ephemeral mode
-    with _detached_processes():
-        server.start()  # no-op when it is already running
-    return server.api_url
-
-
 @contextlib.contextmanager
 def shared_api_server(spec: TaskRunnerSpec) -> Iterator[str | None]:
     """For ``processes``: export the API URL the flow talks to (starting the temporary server first when none
@@ -106,37 +84,4 @@ def shared_api_server(spec: TaskRunnerSpec) -> Iterator[str | None]:
             os.environ["PREFECT_API_URL"] = previous
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """Linux: a child-side hook that has the kernel send the child SIGTERM when the process that started it ends,
-    however it ends (``kill -9``, a closed terminal); bound before the fork, so the child only makes the call.
-    The kernel ties the signal to the starting thread's end, hence the main thread only."""
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    pr_set_pdeathsig = 1
-    return lambda: prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
-class _DetachedPopen(subprocess.Popen):
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("start_new_session", True)
-        kwargs.setdefault("preexec_fn", _die_with_parent())
-        super().__init__(*args, **kwargs)
-
-
-@contextlib.contextmanager
-def _detached_processes() -> Iterator[None]:
-    """Processes started inside the block are detached from the terminal (setsid), out of reach of its Ctrl-C, and
-    end when this process ends (out of its process group, they would otherwise outlive a ``kill -9``). Prefect
-    starts its temporary server with ``subprocess.Popen`` and no option for either, hence the substitution for
-    the duration of the start."""
-    original = subprocess.Popen
-    subprocess.Popen = _DetachedPopen
-    try:
-        yield
-    finally:
-        subprocess.Popen = original
-
-
-__all__ = ["KINDS", "end_on_interrupt", "make_task_runner", "shared_api_server",
-           "start_temporary_server"]
+__all__ = ["KINDS", "end_on_interrupt", "make_task_runner", "shared_api_server"]

@@ -188,7 +188,7 @@ def _run(args: argparse.Namespace) -> int:
     title = args.title or f"SimCalib study report: {name}"
     if args.flow:
         from flows.report import report_flow
-        from flows.runners import start_temporary_server
+        from flows.temporary_server import start_temporary_server
 
         start_temporary_server()  # where no Prefect server is configured: one a Ctrl-C does not stop mid-flow
         md = Path(report_flow(str(results_dir), str(out), args.paper_dir, title, args.theory_reps, args.seed,

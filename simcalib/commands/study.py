@@ -136,7 +136,7 @@ def run_study(args: argparse.Namespace) -> int:
     if not args.verbose:
         for key, value in QUIET_TASK_LOGS.items():
             os.environ.setdefault(key, value)
-    from flows.runners import start_temporary_server
+    from flows.temporary_server import start_temporary_server
     from flows.study import study_flow
 
     start_temporary_server()  # where no Prefect server is configured: one a Ctrl-C does not stop mid-study

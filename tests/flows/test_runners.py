@@ -46,7 +46,7 @@ def test_a_process_started_for_the_study_leaves_its_process_group_and_ends_with_
 
     study = textwrap.dedent("""
         import os, signal, subprocess
-        from flows.runners import _detached_processes
+        from flows.temporary_server import _detached_processes
         with _detached_processes():
             child = subprocess.Popen(["sleep", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         print(child.pid, os.getsid(0), os.getsid(child.pid), flush=True)
