@@ -136,8 +136,8 @@ def run_study(args: argparse.Namespace) -> int:
     if not args.verbose:
         for key, value in QUIET_TASK_LOGS.items():
             os.environ.setdefault(key, value)
-    from flows.temporary_server import start_temporary_server
     from flows.study import study_flow
+    from flows.temporary_server import start_temporary_server
 
     start_temporary_server()  # where no Prefect server is configured: one a Ctrl-C does not stop mid-study
     print(f"study {study.name}: {len(study.benchmarks())} benchmarks x {study.runs_per_benchmark()} runs x "
