@@ -90,12 +90,12 @@ mutation: install
 	SIMCALIB_SHARED_DIR=$(abspath $(SHARED)) $(VENV)/bin/mutmut run "$(MUTANTS)" --max-children $(MUTATION_JOBS)
 	$(VENV)/bin/mutmut results | grep -v ": not checked$$" || true
 
-# GPU readiness (benchmarks/gpu_check.py; not in `make test`): on a CUDA machine, the quick study's smallest
+# GPU readiness (benchmarks/speed/gpu_check.py; not in `make test`): on a CUDA machine, the quick study's smallest
 # configuration calibrated on CUDA against CPU, a backbone trained on CUDA, the GAT attention tests on CUDA and
 # one epoch's time per large benchmark; the report goes to GPU_CHECK_OUT. Without CUDA: one line, exit status 2.
 GPU_CHECK_OUT ?= reports/performance/gpu_check.txt
 gpu-check: install
-	$(PY) benchmarks/gpu_check.py --out $(GPU_CHECK_OUT)
+	$(PY) benchmarks/speed/gpu_check.py --out $(GPU_CHECK_OUT)
 
 # The documentation site (mkdocs.yml: docs/ and the API reference from the docstrings) into site/; a warning
 # (a broken link, an equation that does not render) fails the build.

@@ -1,4 +1,8 @@
-"""What the runs of a study actually cost, read back from a real pass, and what the rest of the study will cost.
+"""What the runs of a study actually cost, read back from a real pass, re-projected with other measurements.
+
+The cost itself is a command, ``simcalib cost RESULTS --study FILE`` (:mod:`simcalib.report.cost`, whose functions
+this script uses); this script adds the re-projections of the performance reports: ``--across-runs``,
+``--epochs-from``, ``--epoch-times`` and ``--epoch-basis`` (below).
 
 `bench_study_cost.py` times one run per benchmark in isolation. This script reads the runs that a study (or
 `simcalib benchmark`) has already done instead, so its figures are means over every finished run:
@@ -43,18 +47,15 @@ the flow submits them) against longest first, and whole benchmarks as jobs (one 
 from __future__ import annotations
 
 import argparse
-import heapq
-import math
 import re
 import sys
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
-import torch
 from cost_table import read_cost_table  # same folder: run as a script
+
+from simcalib.report.cost import backbone_costs, check_projection, fill_unmeasured, makespan, read_results
 
 RUN_KEYS = ["split", "init", "fold"]
 # a measurement line of bench_calibrators_across_runs.py: benchmark, calibrator, one-by-one s, together s, speed-up
@@ -104,84 +105,6 @@ def read_epoch_times(paths: list[Path]) -> dict[tuple[str, str], float]:
     if paths and not times:
         sys.exit(f"no epoch line of gat_attention_speed.py in {', '.join(map(str, paths))}")
     return times
-
-
-def fill_unmeasured(fits: pd.DataFrame, nodes: Mapping[str, int]) -> tuple[pd.DataFrame, dict]:
-    """Mean fit seconds for every (benchmark, calibrator), the missing ones projected by node count.
-
-    ``fits``: index (dataset, backbone), one column per calibrator, NaN where the benchmark has no row of it.
-    A missing cell takes the calibrator's seconds on the benchmark with rows of it that is most similar: the
-    same backbone first, then the smallest ``|log(nodes / nodes of the source)|``, scaled by
-    ``nodes / nodes of the source``. A calibrator without a row anywhere stays NaN.
-    Returns the filled copy and ``{(dataset, backbone, calibrator): (source dataset, source backbone)}``.
-    """
-    filled, sources = fits.copy(), {}
-    for calibrator in fits.columns:
-        measured = fits[calibrator].dropna()
-        if measured.empty:
-            continue
-        for dataset, backbone in fits.index[fits[calibrator].isna()]:
-            source = min(measured.index, key=lambda b: (b[1] != backbone, abs(math.log(nodes[dataset] / nodes[b[0]]))))
-            filled.loc[(dataset, backbone), calibrator] = measured[source] * nodes[dataset] / nodes[source[0]]
-            sources[dataset, backbone, calibrator] = source
-    return filled, sources
-
-
-def check_projection(fits: pd.DataFrame, nodes: Mapping[str, int], targets: list[tuple[str, str]],
-                     min_seconds: float = 1.0) -> pd.Series:
-    """The rule of :func:`fill_unmeasured` tried where the answer is known: for each calibrator with a row on every
-    benchmark, its cells on ``targets`` are hidden and projected from the others; returns, per calibrator, the
-    projected total fit seconds on ``targets`` / the measured total (calibrators whose measured total is under
-    ``min_seconds`` left out: a ratio of near-zeros)."""
-    complete = [n for n in fits.columns if fits[n].notna().all() and fits.loc[targets, n].sum() >= min_seconds]
-    hidden = fits[complete].copy()
-    hidden.loc[targets] = np.nan
-    projected, _ = fill_unmeasured(hidden, nodes)
-    return projected.loc[targets].sum() / fits.loc[targets, complete].sum()
-
-
-def makespan(durations: Sequence[float], workers: int) -> float:
-    """Time until the last job ends when each job, in the given order, starts on the worker that is free first
-    (a task runner's queue of ``workers`` processes)."""
-    if workers < 1:
-        from simcalib.errors import ConfigError
-
-        raise ConfigError(f"makespan needs at least one worker, got {workers}; set task_runner.workers >= 1")
-    free = [0.0] * workers
-    for duration in durations:
-        heapq.heapreplace(free, free[0] + duration)  # free[0]: the earliest free worker (a heap's smallest)
-    return max(free)
-
-
-def backbone_costs(cache: Path, dataset: str, backbone: str, digests: set[str]) -> pd.DataFrame:
-    """One row per cached backbone of the benchmark: epochs, training seconds, seconds per epoch.
-
-    The cache also holds backbones of other studies on the same graph (e.g. the label-rate sweep, whose backbones
-    train on fewer labels): where any cached backbone's logits digest is among ``digests`` (the study's rows),
-    only those count; ``matched`` says which rule applied.
-    """
-    from simcalib.experiment.protocol import backbone_digest
-
-    rows = []
-    for path in sorted((cache / "backbones" / dataset / backbone).glob("*.pt")):
-        saved = torch.load(path, map_location="cpu", weights_only=False)
-        if saved.get("epochs"):
-            digest = backbone_digest(SimpleNamespace(logits=saved["logits"]))
-            rows.append({"epochs": int(saved["epochs"]), "seconds": float(saved["train_seconds"]),
-                         "matched": digest in digests})
-    frame = pd.DataFrame(rows, columns=["epochs", "seconds", "matched"])
-    if frame["matched"].any():
-        frame = frame[frame["matched"]]
-    frame["s_per_epoch"] = frame["seconds"] / frame["epochs"].clip(lower=1)
-    return frame
-
-
-def read_results(folders: list[Path]) -> pd.DataFrame:
-    frames = [pd.read_csv(p) for folder in folders for p in sorted(folder.rglob("results.csv"))]
-    if not frames:
-        sys.exit(f"no results.csv below {', '.join(map(str, folders))}")
-    rows = pd.concat(frames, ignore_index=True)
-    return rows.drop_duplicates(subset=["dataset", "backbone", "calibrator", *RUN_KEYS, "seed"], keep="last")
 
 
 def _hours(seconds: float) -> str:
@@ -286,7 +209,7 @@ def main() -> int:
             for name in needed:
                 if (dataset, name) not in epoch_times:
                     sys.exit(f"--epoch-times has no {name} epoch of {dataset}: measure it with "
-                             f"benchmarks/gat_attention_speed.py --datasets {dataset} --gcn")
+                             f"benchmarks/speed/gat_attention_speed.py --datasets {dataset} --gcn")
             if args.epoch_basis == "today":
                 s_per_epoch = epoch_times[dataset, kernel]
                 backbone_s = info["epochs"] * s_per_epoch
@@ -384,4 +307,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from simcalib.errors import SimCalibError
+
+    try:
+        sys.exit(main())
+    except SimCalibError as error:
+        sys.exit(f"error: {error}")

@@ -15,7 +15,7 @@
 * **Tracking**: each trial is an MLflow run (optuna-integration's MLflowCallback) in the experiment named
   after the study, with the per-run values as a stepped metric.
 * **Feedback**: the best options (plus the space's fixed ones) go to ``study/tuned/<Dataset>_<Backbone>.yaml``
-  with :func:`simcalib.tuning.store.save_tuned_params`, where the study reads them when a calibrator says ``tuned``.
+  with :func:`simcalib.store.tuned.save_tuned_params`, where the study reads them when a calibrator says ``tuned``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.experiment.protocol import ProtocolSettings, Run, make_runs
 from simcalib.experiment.study import DEFAULT_TRACKING_URI  # one MLflow store for studies and searches
 from simcalib.seeding import STUDY_SEED, derive_seed
+from simcalib.store.tuned import load_tuned_params, save_tuned_params, tuned_path
 from simcalib.tuning import (
     DEFAULT_SPACE,
     CalibrationObjective,
@@ -47,7 +48,6 @@ from simcalib.tuning import (
     tuning_order,
 )
 from simcalib.tuning.comparison import compare_tuned, summarize_comparison, write_report
-from simcalib.tuning.store import load_tuned_params, save_tuned_params, tuned_path
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 SAMPLERS = ("tpe", "grid")

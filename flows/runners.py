@@ -1,12 +1,14 @@
 """Task-runner selection for the study flow: threads, processes or Dask.
 
-* ``threads`` (default): Prefect's ``ThreadPoolTaskRunner`` in the flow's process. torch's random state is
+* ``processes`` (default): ``ProcessPoolTaskRunner``, one task per process, so the numerics use every worker's
+  core. In ephemeral mode (no ``PREFECT_API_URL``) every worker process would start its own temporary API server
+  (../shared/STACK.md); :func:`shared_api_server` starts one (:func:`flows.temporary_server.start_temporary_server`) and points the
+  worker processes at it. Ctrl-C ends the worker processes at once (:func:`end_on_interrupt`).
+* ``threads``: Prefect's ``ThreadPoolTaskRunner`` in the flow's process. torch's random state is
   process-global, so the study's tasks hold one lock while they compute: threads overlap Prefect's
   bookkeeping and result I/O, not the numerics, and the numbers stay deterministic.
-* ``processes``: ``ProcessPoolTaskRunner``, one task per process. In ephemeral mode (no ``PREFECT_API_URL``)
-  every worker process would start its own temporary API server (../shared/STACK.md); :func:`shared_api_server`
-  starts one (:func:`start_temporary_server`) and points the worker processes at it.
-* ``dask``: ``prefect_dask.DaskTaskRunner`` on a scheduler ``address`` (tcp://host:8786; its workers need this
+* ``dask``: ``prefect_dask.DaskTaskRunner`` (:class:`flows.dask_workers.StudyDaskTaskRunner`: a worker's
+  temporary API server ends with the worker process) on a scheduler ``address`` (tcp://host:8786; its workers need this
   project at the same commit, the study's output folder shared at the same absolute path and the mirror and
   split files readable; docs/orchestration.md, "Running on a Dask cluster"), or else a ``LocalCluster`` of
   single-threaded worker processes listening on 127.0.0.1 only.
@@ -15,16 +17,13 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
-import subprocess
-import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
+from .temporary_server import start_temporary_server
 from simcalib.errors import ConfigError
 from simcalib.experiment.study import TaskRunnerSpec
 
@@ -36,9 +35,9 @@ def make_task_runner(spec: TaskRunnerSpec) -> TaskRunner:
     if spec.kind == "threads":
         return ThreadPoolTaskRunner(max_workers=spec.workers)
     if spec.kind == "processes":
-        return ProcessPoolTaskRunner(max_workers=spec.workers, initializer=ignore_interrupts)
+        return ProcessPoolTaskRunner(max_workers=spec.workers, initializer=end_on_interrupt)
     if spec.kind == "dask":
-        from prefect_dask import DaskTaskRunner
+        from .dask_workers import StudyDaskTaskRunner as DaskTaskRunner  # workers' servers end with them
 
         if spec.address:
             return DaskTaskRunner(address=spec.address)
@@ -51,31 +50,17 @@ def make_task_runner(spec: TaskRunnerSpec) -> TaskRunner:
     raise ConfigError(f"unknown task runner {spec.kind!r}; choose one of {', '.join(KINDS)}")
 
 
-def ignore_interrupts() -> None:
-    """Worker-process initializer: a terminal's Ctrl-C (SIGINT to the foreground process group) is for the flow's
-    process, which stops submitting, lets the running tasks finish and exits. Interrupted inside a worker, a task
-    ends in a ``KeyboardInterrupt`` that Prefect's process pool does not pass on (it forwards ``Exception`` only),
-    and the flow would wait for its future forever (docs/decisions.md, "Ctrl-C stops a study")."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def start_temporary_server() -> str | None:
-    """In ephemeral mode (no ``PREFECT_API_URL``): start Prefect's temporary API server now, detached from the
-    terminal (setsid), and return its URL (None when a server is configured); flows then use it (Prefect keeps one
-    per process) and Prefect's exit handler stops it. Started by Prefect on entering a flow instead, the server
-    shares the terminal's foreground process group: a Ctrl-C stops it with the study, and the interrupted flow
-    waits on the dead server instead of exiting (docs/decisions.md, "Ctrl-C stops a study"). Call it before the
-    first flow."""
-    from prefect.settings import get_current_settings
-
-    if get_current_settings().api.url:
-        return None
-    from prefect.server.api.server import SubprocessASGIServer
-
-    server = SubprocessASGIServer()  # the singleton the flow's own client uses in ephemeral mode
-    with _detached_processes():
-        server.start()  # no-op when it is already running
-    return server.api_url
+def end_on_interrupt() -> None:
+    """Worker-process initializer: SIGINT (a terminal's Ctrl-C reaches the whole foreground process group) ends the
+    worker process at once, its task in flight unfinished. Prefect's process pool resolves a task's future only
+    for an ``Exception`` (prefect 3.8, ``task_runners._ChainedFuture``): a ``KeyboardInterrupt`` inside a task
+    would leave its future unresolved and the flow's shutdown waiting on it forever, and a worker that ignored the
+    key would finish its task first (a backbone in training: tens of seconds). A worker that is gone instead
+    breaks the pool, every future resolves (``BrokenProcessPool``) and the flow's process, interrupted by the same
+    key, exits. Finished tasks are kept; the task cut short left at most a partial result file, which Prefect
+    reads as no result (``ResultStore.exists``), so the resumed study computes that task again
+    (docs/decisions.md, "Ctrl-C stops a study")."""
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(128 + signum))
 
 
 @contextlib.contextmanager
@@ -99,37 +84,4 @@ def shared_api_server(spec: TaskRunnerSpec) -> Iterator[str | None]:
             os.environ["PREFECT_API_URL"] = previous
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """Linux: a child-side hook that has the kernel send the child SIGTERM when the process that started it ends,
-    however it ends (``kill -9``, a closed terminal); bound before the fork, so the child only makes the call.
-    The kernel ties the signal to the starting thread's end, hence the main thread only."""
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    pr_set_pdeathsig = 1
-    return lambda: prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
-class _DetachedPopen(subprocess.Popen):
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("start_new_session", True)
-        kwargs.setdefault("preexec_fn", _die_with_parent())
-        super().__init__(*args, **kwargs)
-
-
-@contextlib.contextmanager
-def _detached_processes() -> Iterator[None]:
-    """Processes started inside the block are detached from the terminal (setsid), out of reach of its Ctrl-C, and
-    end when this process ends (out of its process group, they would otherwise outlive a ``kill -9``). Prefect
-    starts its temporary server with ``subprocess.Popen`` and no option for either, hence the substitution for
-    the duration of the start."""
-    original = subprocess.Popen
-    subprocess.Popen = _DetachedPopen
-    try:
-        yield
-    finally:
-        subprocess.Popen = original
-
-
-__all__ = ["KINDS", "make_task_runner", "ignore_interrupts", "shared_api_server",
-           "start_temporary_server"]
+__all__ = ["KINDS", "end_on_interrupt", "make_task_runner", "shared_api_server"]

@@ -127,7 +127,7 @@ def test_benchmark_takes_calibrators_options_and_seed_from_a_study_file(cli, tmp
 
 
 def test_benchmark_reads_tuned_options_for_tuned_names_from_the_tuned_dir(cli, tmp_path, mirror_dir, splits_dir):
-    from simcalib.tuning.store import save_tuned_params
+    from simcalib.store.tuned import save_tuned_params
 
     args = ["benchmark", "--dataset", "Cora", "--backbone", "GCN", "--calibrators", "gats_tuned",
             "--splits", "=0", "--inits", "=0", "--folds", "=0", "--max-epochs", "10", "--threads", "1",

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.py where there is no GPU: its refusal without CUDA, and its CPU/CUDA row comparison."""
+"""benchmarks/speed/gpu_check.py where there is no GPU: its refusal without CUDA, and its CPU/CUDA row comparison."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from benchmark_scripts import load_script
 from shared_paths import PROJECT_ROOT
 
-SCRIPT = PROJECT_ROOT / "benchmarks" / "gpu_check.py"
+SCRIPT = PROJECT_ROOT / "benchmarks" / "speed" / "gpu_check.py"
 
 
 @pytest.fixture(scope="module")

@@ -49,20 +49,30 @@ def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     return graph, local
 
 
+def executed(importer: str, target: str, graph: dict[str, set[str]]) -> set[str]:
+    """The modules that ``importer``'s import of ``target`` runs: ``target`` and the ``__init__`` of each package
+    above it (``import simcalib.a.b`` runs ``simcalib/a/__init__.py`` first), but not the importer's own
+    packages, which are already being imported when it loads."""
+    parts = target.split(".")
+    run = set()
+    for i in range(2, len(parts) + 1):
+        module = ".".join(parts[:i])
+        if module != target and (importer + ".").startswith(module + "."):
+            continue  # the importer's own package, already being imported
+        if module in graph:
+            run.add(module)
+    return run
+
+
 def reachable(start: str, graph: dict[str, set[str]]) -> set[str]:
     """Modules that importing ``start`` imports at module level (parent packages included)."""
     seen, stack = set(), [start]
     while stack:
         current = stack.pop()
         for target in graph.get(current, ()):
-            parts = target.split(".")
-            for i in range(2, len(parts) + 1):
-                module = ".".join(parts[:i])
-                if module != target and (current + ".").startswith(module + "."):
-                    continue  # the importer's own package, already being imported
-                if module in graph and module not in seen:
-                    seen.add(module)
-                    stack.append(module)
+            for module in executed(current, target, graph) - seen:
+                seen.add(module)
+                stack.append(module)
     return seen
 
 

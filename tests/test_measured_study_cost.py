@@ -1,17 +1,12 @@
-"""benchmarks/measured_study_cost.py: the makespan of a job order, the projection of calibrators without rows, and
-the parsing of the outputs it reads (an earlier output of itself, gat_attention_speed.py's epoch lines)."""
+"""benchmarks/measured_study_cost.py: the parsing of the outputs it reads (an earlier output of itself,
+gat_attention_speed.py's epoch lines) and the re-projection of the backbones with them."""
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pandas as pd
 import pytest
 from benchmark_scripts import load_script
 from shared_paths import PROJECT_ROOT
-
-from simcalib.errors import ConfigError
 
 SCRIPT = PROJECT_ROOT / "benchmarks" / "measured_study_cost.py"
 
@@ -19,69 +14,6 @@ SCRIPT = PROJECT_ROOT / "benchmarks" / "measured_study_cost.py"
 @pytest.fixture(scope="module")
 def cost():
     return load_script(SCRIPT)
-
-
-@pytest.mark.parametrize("durations,workers,expected", [
-    ([1, 1, 1, 1, 4], 2, 6),  # the long job last: one worker idles while the other runs it
-    ([4, 1, 1, 1, 1], 2, 4),  # longest first: the short jobs fill the other worker
-    ([3, 3, 2, 2, 2], 2, 7),
-    ([3, 3, 2, 2, 2], 3, 5),
-    ([5, 2], 1, 7),
-    ([], 2, 0),
-])
-def test_makespan_puts_each_job_on_the_worker_free_first(cost, durations, workers, expected):
-    assert cost.makespan(durations, workers) == expected
-
-
-def test_makespan_refuses_no_workers(cost):
-    with pytest.raises(ConfigError, match="at least one worker"):
-        cost.makespan([1.0], 0)
-
-
-NODES = {"Small": 1000, "Mid": 2000, "Big": 10000}
-
-
-def _fits(values: dict[tuple[str, str], dict[str, float]]) -> pd.DataFrame:
-    return pd.DataFrame.from_dict(values, orient="index").astype(float)
-
-
-def test_a_missing_fit_is_scaled_by_node_count_from_the_nearest_benchmark_of_the_same_backbone(cost):
-    fits = _fits({
-        ("Small", "GCN"): {"A": 1.0, "B": 2.0},
-        ("Mid", "GCN"): {"A": 3.0, "B": 4.0},
-        ("Big", "GAT"): {"A": 50.0, "B": 6.0},
-        ("Big", "GCN"): {"A": np.nan, "B": 8.0},
-    })
-    filled, sources = cost.fill_unmeasured(fits, NODES)
-    # Mid GCN: same backbone and nearer in node count than Small GCN; Big GAT (same graph) is passed over for its
-    # backbone
-    assert sources == {("Big", "GCN", "A"): ("Mid", "GCN")}
-    assert filled.loc[("Big", "GCN"), "A"] == pytest.approx(3.0 * 10000 / 2000)
-    assert filled.drop(columns="A").equals(fits.drop(columns="A"))  # measured cells untouched
-    assert math.isnan(fits.loc[("Big", "GCN"), "A"])  # the input is not changed
-
-
-def test_another_backbone_is_the_source_only_when_its_own_has_no_row(cost):
-    fits = _fits({("Small", "GAT"): {"A": 2.0}, ("Big", "GCN"): {"A": np.nan}})
-    filled, sources = cost.fill_unmeasured(fits, NODES)
-    assert sources == {("Big", "GCN", "A"): ("Small", "GAT")}
-    assert filled.loc[("Big", "GCN"), "A"] == pytest.approx(20.0)
-
-
-def test_a_calibrator_without_any_row_stays_missing(cost):
-    fits = _fits({("Small", "GCN"): {"A": 1.0, "B": np.nan}, ("Big", "GCN"): {"A": 2.0, "B": np.nan}})
-    filled, sources = cost.fill_unmeasured(fits, NODES)
-    assert sources == {} and filled["B"].isna().all()
-
-
-def test_the_rule_is_checked_on_cells_that_have_rows(cost):
-    # A scales with node count exactly, B not at all; C has a missing cell, so it cannot be checked
-    fits = _fits({
-        ("Small", "GCN"): {"A": 1.0, "B": 5.0, "C": 1.0},
-        ("Big", "GCN"): {"A": 10.0, "B": 5.0, "C": np.nan},
-    })
-    ratios = cost.check_projection(fits, NODES, [("Big", "GCN")])
-    assert ratios.to_dict() == pytest.approx({"A": 1.0, "B": 10.0})
 
 
 def test_read_earlier_takes_epochs_and_seconds_per_epoch_of_each_benchmark(cost, tmp_path):

@@ -1,4 +1,4 @@
-"""benchmarks/run_cost_on_device.py: the run and calibrators it times are the study's, as the study resolves them."""
+"""benchmarks/speed/run_cost_on_device.py: the run and calibrators it times are the study's, as the study resolves them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from benchmark_scripts import load_script
 from shared_paths import PROJECT_ROOT
 
-SCRIPT = PROJECT_ROOT / "benchmarks" / "run_cost_on_device.py"
+SCRIPT = PROJECT_ROOT / "benchmarks" / "speed" / "run_cost_on_device.py"
 OFFLINE = PROJECT_ROOT / "study" / "offline.yaml"
 
 

@@ -49,7 +49,7 @@ def test_a_valid_file_is_normalised(tmp_path):
     assert settings.study_seed == 10 and settings.fold_rate == pytest.approx(0.05)
     assert settings.backbone_overrides == (("max_epochs", 50),)
     assert study.output == Path("out/t") and study.benchmark_dir("Cora", "GCN") == Path("out/t/Cora_GCN")
-    assert study.spec.task_runner.kind == "threads" and study.experiment_name == "study-t"
+    assert study.spec.task_runner.kind == "processes" and study.experiment_name == "study-t"
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -86,7 +86,7 @@ def test_list_and_all_forms_of_calibrators(tmp_path, monkeypatch):
 
 
 def test_tuned_options_are_read_per_benchmark_and_missing_ones_name_the_line(tmp_path, mirror_dir):
-    from simcalib.tuning.store import save_tuned_params
+    from simcalib.store.tuned import save_tuned_params
 
     text = VALID.replace("ts: {lr: 0.05}", "ts: tuned\n  VS: tuned:TS").replace("[cora, CiteSeer]", "[cora]")
     text += f"tuned_dir: {tmp_path / 'tuned'}\ndata: {{mirror: {mirror_dir}}}\n"

@@ -108,7 +108,7 @@ def _build_kwargs(entry: CalibratorEntry, dataset: str | None, backbone: str | N
     if entry.tuned_from is not None and not options:
         raise ConfigError(f"{entry.name} is {entry.tuned_from} with options tuned per benchmark, and none were given: "
                           f"pass them, e.g. build_calibrator({entry.name!r}, ..., **load_tuned_params(dataset, "
-                          f"backbone, {entry.tuned_from!r})) from simcalib.tuning.store, or name it in a study file "
+                          f"backbone, {entry.tuned_from!r})) from simcalib.store.tuned, or name it in a study file "
                           f"or `simcalib benchmark --calibrators`, which read study/tuned/")
     # per-benchmark option defaults besides weight decay (e.g. GATS's bias on CoraFull)
     benchmark_defaults = getattr(entry.cls, "benchmark_defaults", None)
@@ -175,7 +175,7 @@ def build_calibrator(name: str, num_classes: int, dataset: str | None = None, ba
 
     ``options`` override the preset and the default weight decay; unknown options raise a ConfigError
     naming the calibrator. A ``*_tuned`` name is its base calibrator with the options a search stored for the
-    benchmark: the study and the command line read them (:func:`simcalib.tuning.store.load_tuned_params`) and
+    benchmark: the study and the command line read them (:func:`simcalib.store.tuned.load_tuned_params`) and
     pass them here as ``options``; the library reads no file. On a graph that is not a benchmark graph, the
     per-benchmark defaults it takes are warned about once (:func:`defaults_taken`, docs/own-graph.md). The
     calibrator keeps what it was built from (``built_from``), which :meth:`Calibrator.save` writes.

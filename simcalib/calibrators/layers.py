@@ -30,7 +30,7 @@ def log_softmax_classes(x: Tensor) -> Tensor:
     With few classes (K = 3 to 15 here) the CPU kernel for a softmax over the last, contiguous dimension
     reduces one short row at a time; over a leading dimension it runs along the nodes in vector lanes.
     On the 2-core machines of this project a [9, 135, 7] input takes ~180 us forward and ~480 us forward plus
-    backward the first way, ~30 us and ~140 us this way (`benchmarks/bench_calibrators.py --kernels`). Equal to
+    backward the first way, ~30 us and ~140 us this way (`benchmarks/speed/bench_calibrators.py --kernels`). Equal to
     the plain call to float rounding (the reduction over classes runs in another order), not bit for bit.
     """
     return F.log_softmax(x.transpose(-1, -2), dim=-2).transpose(-1, -2)

@@ -15,4 +15,5 @@ COMMAND_MODULES = [
     "simcalib.commands.track",
     "simcalib.commands.feature_signal",
     "simcalib.commands.select",
+    "simcalib.commands.results",
 ]

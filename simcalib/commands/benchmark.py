@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from simcalib.experiment.study import load_study, probe_external
     from simcalib.store.integrity import results_lock
     from simcalib.store.results_store import check_results_file, check_resume_source, summarize
-    from simcalib.tuning.store import load_tuned_params
+    from simcalib.store.tuned import load_tuned_params
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")

@@ -251,7 +251,7 @@ def _run(args: argparse.Namespace) -> int:
         from simcalib.commands.orchestration import flows_module
 
         report_flow = flows_module("report", "report --flow").report_flow
-        start_temporary_server = flows_module("runners", "report --flow").start_temporary_server
+        start_temporary_server = flows_module("temporary_server", "report --flow").start_temporary_server
 
         start_temporary_server()  # where no Prefect server is configured: one a Ctrl-C does not stop mid-flow
         md = Path(report_flow(str(results_dir), str(out), args.paper_dir, title, args.theory_reps, args.seed,

@@ -142,7 +142,7 @@ def run_study(args: argparse.Namespace) -> int:
     if not args.verbose:
         for key, value in QUIET_TASK_LOGS.items():
             os.environ.setdefault(key, value)
-    start_temporary_server = flows_module("runners").start_temporary_server
+    start_temporary_server = flows_module("temporary_server").start_temporary_server
     study_flow = flows_module("study").study_flow
 
     start_temporary_server()  # where no Prefect server is configured: one a Ctrl-C does not stop mid-study

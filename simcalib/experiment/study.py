@@ -84,7 +84,7 @@ class DataSpec(_Strict):
 
 
 class TaskRunnerSpec(_Strict):
-    kind: Literal["threads", "processes", "dask"] = "threads"
+    kind: Literal["threads", "processes", "dask"] = "processes"  # both cores; threads take turns on the numerics (flows/runners.py)
     workers: int = Field(default=2, ge=1)
     address: str | None = None  # Dask scheduler, e.g. tcp://10.0.0.5:8786; None: a LocalCluster on 127.0.0.1
     torch_threads: int | None = Field(default=None, ge=1)  # torch intra-op threads per task process
@@ -276,7 +276,7 @@ class Study:
         """The options of ``calibrator`` on one benchmark (tuned ones read now; ConfigError naming the line)."""
         if calibrator.tuned_from is None:
             return dict(calibrator.options)
-        from simcalib.tuning.store import load_tuned_params  # torch and the registry: only for tuned names
+        from simcalib.store.tuned import load_tuned_params  # torch and the registry: only for tuned names
 
         try:
             return load_tuned_params(dataset, backbone, calibrator.tuned_from, self.spec.tuned_dir)

@@ -520,7 +520,7 @@ def table_blocks(tables: TableSet, evidence: dict | None = None) -> list[Block]:
         "column above) resample their runs instead, and a cell with one run has no interval. " + measured +
         "In simulated benchmarks of 5 splits, resampling splits held the true mean in 82-85% of them rather "
         "than 95% (five units are few), and resampling runs in 47-94%, less the larger the split's share, so "
-        "these intervals still understate the uncertainty (`benchmarks/bootstrap_design.py`, "
+        "these intervals still understate the uncertainty (`benchmarks/statistics/bootstrap_design.py`, "
         "`reports/offline/bootstrap_design.txt`, docs/decisions.md). "
         "Each table is also under `tables/` as Markdown, LaTeX (booktabs) and CSV (with the interval's ends).")]
     for table in tables.results:

@@ -1,1 +1,1 @@
-"""The results store: results.csv files, their columns, and the integrity checks on them."""
+"""The store: results.csv files, their columns and integrity checks, and the tuned options of calibrators on disk."""

@@ -439,7 +439,7 @@ def test_gats_survives_distance_scalings_learnt_down_to_zero():
 
 
 def test_tuned_names_take_their_options_from_the_caller_and_read_no_file(tmp_path, monkeypatch):
-    from simcalib.tuning.store import save_tuned_params
+    from simcalib.store.tuned import save_tuned_params
 
     monkeypatch.setenv("SIMCALIB_TUNED_DIR", str(tmp_path))
     save_tuned_params("Cora", "GCN", "SimCalib", {"lr": 0.05, "heads": 4})

@@ -10,9 +10,9 @@ from optuna.trial import TrialState
 
 from flows.optuna_search import SearchRequest, make_objective, run_search
 from simcalib.errors import ConfigError
+from simcalib.store.tuned import load_tuned_params
 from simcalib.tuning import CalibrationObjective, ObjectiveSettings, SearchSpace
 from simcalib.tuning.spaces import ParamSpec
-from simcalib.tuning.store import load_tuned_params
 
 SPACES = """
 TS:

@@ -1,17 +1,21 @@
-"""Task-runner selection, the temporary server's process, and a tiny study on a local Dask cluster on loopback
-(same numbers as threads)."""
+"""Task-runner selection, the temporary server's process, Ctrl-C to a study on worker processes, the temporary
+servers of stopped Dask workers, and a tiny study on a local Dask cluster on loopback (same numbers as threads)."""
 
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
+from process_helpers import kill_all, left_running, process_tree
 from shared_paths import PROJECT_ROOT
 from study_helpers import numbers
 
@@ -22,10 +26,13 @@ from simcalib.experiment.study import TaskRunnerSpec
 def test_each_kind_gives_its_runner():
     from prefect_dask import DaskTaskRunner
 
+    from flows.dask_workers import StudyDaskTaskRunner
+
     assert isinstance(make_task_runner(TaskRunnerSpec(kind="threads", workers=3)), ThreadPoolTaskRunner)
     assert isinstance(make_task_runner(TaskRunnerSpec(kind="processes")), ProcessPoolTaskRunner)
     remote = make_task_runner(TaskRunnerSpec(kind="dask", address="tcp://10.1.2.3:8786"))
     assert isinstance(remote, DaskTaskRunner) and remote.address == "tcp://10.1.2.3:8786"
+    assert isinstance(remote, StudyDaskTaskRunner) and isinstance(remote.duplicate(), StudyDaskTaskRunner)
     local = make_task_runner(TaskRunnerSpec(kind="dask", workers=2))
     assert local.address is None
     assert local.cluster_kwargs["host"] == "127.0.0.1"  # the scheduler and workers listen on loopback only
@@ -39,7 +46,7 @@ def test_a_process_started_for_the_study_leaves_its_process_group_and_ends_with_
 
     study = textwrap.dedent("""
         import os, signal, subprocess
-        from flows.runners import _detached_processes
+        from flows.temporary_server import _detached_processes
         with _detached_processes():
             child = subprocess.Popen(["sleep", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         print(child.pid, os.getsid(0), os.getsid(child.pid), flush=True)
@@ -53,6 +60,136 @@ def test_a_process_started_for_the_study_leaves_its_process_group_and_ends_with_
     while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the child outlived the killed study"
         time.sleep(0.1)
+
+
+def _ephemeral_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a process started where no Prefect server is configured (Prefect's temporary one)."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    return {**env, "PREFECT_HOME": str(home), "PYTHONPATH": str(PROJECT_ROOT), "PYTHONUNBUFFERED": "1", **extra}
+
+
+STOP_WITHIN = 60  # s from Ctrl-C to exit: measured 15 s at load ~7 on 2 cores (a backbone in training: 20-40 s)
+
+
+def test_ctrl_c_stops_a_study_on_worker_processes_at_once_keeping_its_finished_tasks(study_env, tmp_path):
+    """``simcalib study run`` on the processes runner (the default), as a terminal starts it (its own foreground
+    process group, SIGINT at its default), no Prefect server configured. Ctrl-C (SIGINT to the whole group) once
+    the first calibration is done, while a backbone trains: the study exits with 130 within seconds, the
+    backbone in flight cut short (no task finishes after the key), every task finished before the key kept as
+    it was, and no process of the study (worker processes, the temporary server) left."""
+    # Backbones of up to 150 epochs (Cora GCN rarely stops before): several seconds each, so a backbone is
+    # in training when the first calibration finishes (2 workers, 3 runs).
+    study_file = study_env.write("ctrl-c-processes", runner={"kind": "processes", "workers": 2},
+                                 backbone={"max_epochs": 150})
+    task_results = study_file.parent / "out" / "task-results"
+    process = subprocess.Popen([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)],
+                               cwd=PROJECT_ROOT, env=_ephemeral_env(tmp_path / "home"), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    tree = []
+    try:
+        deadline = time.monotonic() + 300
+        while not list(task_results.glob("calibrate-*")) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process.poll() is None, "the study ended before it could be stopped"
+        tree = process_tree(process.pid)
+        finished = {p.name: p.stat().st_mtime_ns for p in task_results.iterdir()}
+        assert any("uvicorn" in " ".join(p.cmdline()) for p in tree), "no temporary server was started"
+        os.killpg(process.pid, signal.SIGINT)
+        stopped = time.monotonic()
+        try:
+            output, _ = process.communicate(timeout=STOP_WITHIN)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the study still runs {STOP_WITHIN} s after Ctrl-C")
+        print(f"exit {process.returncode} {time.monotonic() - stopped:.1f} s after Ctrl-C; tasks finished before "
+              f"it: {len(finished)}")
+        assert process.returncode == 130, output
+        assert "interrupted: finished tasks are kept in" in output
+        after = {p.name: p.stat().st_mtime_ns for p in task_results.iterdir()}
+        assert after == finished, "a task finished after Ctrl-C, or a finished one was rewritten"
+        assert sum(name.startswith("pretrain-") for name in finished) < 3, "no backbone was in flight"
+        assert left_running(tree, timeout=20) == []
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        kill_all(tree)  # the server is outside the study's process group
+
+
+_HOLD_ON_EACH_WORKER = textwrap.dedent("""
+    import sys, time
+    from prefect import flow, task
+    from flows.runners import make_task_runner
+    from simcalib.experiment.study import TaskRunnerSpec
+
+    @task
+    def hold(seconds):
+        time.sleep(seconds)
+        return seconds
+
+    @flow(task_runner=make_task_runner(TaskRunnerSpec(kind="dask", address=sys.argv[1])))
+    def hold_on_each_worker():
+        return [f.result() for f in [hold.submit(600 + i) for i in range(2)]]
+
+    hold_on_each_worker()
+""")
+
+
+def test_dask_workers_stopped_with_sigterm_leave_no_temporary_server_behind(tmp_path):
+    """Two ``dask worker`` processes as docs/orchestration.md starts them (with their nanny), no Prefect server
+    configured anywhere: each worker holds a Prefect task when it gets SIGTERM; the nanny ends the busy worker
+    process after a grace period, and every process of both workers' trees, their temporary Prefect servers
+    included, must end with them."""
+    from distributed import Client
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    dask = str(Path(sys.executable).parent / "dask")
+    started: dict[str, subprocess.Popen] = {}
+    trees: dict[str, list] = {}
+
+    def spawn(name: str, *args: str) -> None:
+        folder = tmp_path / name
+        folder.mkdir()
+        with open(folder / "log", "w") as log:
+            started[name] = subprocess.Popen([dask, *args], cwd=folder, stdout=log, stderr=subprocess.STDOUT,
+                                             env=_ephemeral_env(folder / "prefect", OMP_NUM_THREADS="1"),
+                                             start_new_session=True)
+
+    try:
+        spawn("scheduler", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard")
+        for name in ("w0", "w1"):
+            spawn(name, "worker", address, "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1",
+                  "--local-directory", str(tmp_path / name / "dask"))
+        with Client(address, timeout=120) as client:
+            client.wait_for_workers(2, timeout=120)
+        (tmp_path / "flow").mkdir()
+        started["flow"] = subprocess.Popen([sys.executable, "-c", _HOLD_ON_EACH_WORKER, address], cwd=tmp_path / "flow",
+                                           env=_ephemeral_env(tmp_path / "flow" / "prefect"),
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # both workers busy, each with its temporary server
+            trees = {name: process_tree(started[name].pid) for name in ("w0", "w1")}
+            with Client(address, timeout=30) as client:
+                busy = sum(bool(keys) for keys in client.processing().values())
+            servers = [p for tree in trees.values() for p in tree if "uvicorn" in " ".join(p.cmdline())]
+            if busy == 2 and len(servers) == 2:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"the workers did not both hold a task with a temporary server: {trees}")
+        for name in ("w0", "w1"):
+            started[name].send_signal(signal.SIGTERM)  # the worker's own process, as `kill PID` does
+        for name in ("w0", "w1"):
+            started[name].wait(timeout=60)
+        left = left_running([p for tree in trees.values() for p in tree], timeout=20)
+        assert left == [], left
+    finally:
+        for process in started.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+        kill_all([p for tree in trees.values() for p in tree])
 
 
 @pytest.mark.slow  # ~1 min; Dask by default: a scheduler and two workers (tests/flows/test_dask_cluster.py)

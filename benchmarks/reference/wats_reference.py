@@ -16,7 +16,7 @@ loader builds it (DGL's ``AddSelfLoop`` on the Planetoid graphs: every node one 
    in the same order), for every seed in ``--seeds``. Test ECE, NLL, accuracy per run and seed to
    ``--out/side_by_side.csv``.
 
-    python benchmarks/wats_reference.py --wats-repo /root/ref/wats_logged --datasets Cora Citeseer \
+    python benchmarks/reference/wats_reference.py --wats-repo /root/ref/wats_logged --datasets Cora Citeseer \
         --runs 15 --seeds 0 1 2 --out reports/wats_reference
 """
 

@@ -8,8 +8,8 @@ over the runs), the speed-up, the largest test-ECE difference (points) between t
 many runs stopped at another epoch (float rounding on flat plateaus), then the peak RSS. Also times one
 SimCalib fit with its grid and with one grid point, the evidence for leaving SimCalib per run.
 
-    .venv/bin/python benchmarks/bench_calibrators_across_runs.py --benchmarks Cora:GCN Cora:GAT [--split 0]
-    .venv/bin/python benchmarks/bench_calibrators_across_runs.py --benchmarks Photo:GAT --first-pass
+    .venv/bin/python benchmarks/speed/bench_calibrators_across_runs.py --benchmarks Cora:GCN Cora:GAT [--split 0]
+    .venv/bin/python benchmarks/speed/bench_calibrators_across_runs.py --benchmarks Photo:GAT --first-pass
 
 ``--first-pass``: the 15 runs of the offline study's first pass (splits 0-4, init 0, folds 0-2) instead of one
 split's, so that the large benchmarks use the backbones cached by that pass (runs of one graph need not share
@@ -26,7 +26,7 @@ import os
 import time
 import warnings
 
-from peak_memory import ru_maxrss_kib  # same folder: run as a script
+from utils import ru_maxrss_kib  # same folder: run as a script
 
 STACKED = ["TS", "VS", "ETS", "CaGCN", "GATS"]
 

@@ -7,7 +7,7 @@ dropout stream. For each calibrator and metric it prints both means, the paired 
 the Wilcoxon signed-rank test (scipy.stats), and the Wilcoxon p Holm-adjusted over every row of the table
 (``wilcoxon_holm``): with 7 calibrators x 2 metrics, one raw p near 0.01 is what chance alone gives.
 
-    python benchmarks/compare_batched_statistics.py results/batched/Cora_GCN/results.csv \\
+    python benchmarks/statistics/compare_batched_statistics.py results/batched/Cora_GCN/results.csv \\
         reports/archive/full/results/Cora_GCN/results.csv [--metrics ece,accuracy]
 
 Any two results files of the same runs compare the same way; ``--names`` labels the two columns, e.g.

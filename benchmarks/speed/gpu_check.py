@@ -40,7 +40,7 @@ Four checks, run on a machine with a CUDA device (``make gpu-check``; not part o
 4. **Epoch times** (``timing``): one training epoch (training step and evaluation forward, as in ``train_backbone``) of
    GCN and GAT on Computers, Photo, CS and Physics on CUDA, median of ``--repeats`` after warm-up.
 
-    python benchmarks/gpu_check.py [--out reports/performance/gpu_check.txt] [--repeats 20] [--skip-timing]
+    python benchmarks/speed/gpu_check.py [--out reports/performance/gpu_check.txt] [--repeats 20] [--skip-timing]
                                    [--checks timing,kernels,training,calibration]
 
 Without a CUDA device it prints one line (``gpu-check: no CUDA device ...``) and exits with status 2, so
@@ -60,7 +60,7 @@ import sys
 import time
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 QUICK_STUDY = PROJECT_ROOT / "study" / "quick.yaml"
 NO_CUDA_EXIT = 2
 
@@ -236,7 +236,7 @@ def check_gat_kernels(lines: list[str]) -> list[str]:
 
 def epoch_seconds(dataset: str, backbone: str, repeats: int, warmup: int = 3, device: str = "cuda") -> list[float]:
     """Seconds of one epoch of ``train_backbone`` (training step, then evaluation forward) on ``device``: the
-    epoch of ``benchmarks/gat_attention_speed.py``, with the device synchronised around each part."""
+    epoch of ``benchmarks/speed/gat_attention_speed.py``, with the device synchronised around each part."""
     import torch
     from gat_attention_speed import eval_forward, setup_backbone, train_step  # same folder: run as a script
 

@@ -20,7 +20,7 @@ with ``in_degrees()`` / ``out_degrees()``; these are the only DGL parts the GETS
 Writes per run and method: test ECE, signed calibration error, NLL, accuracy, degree-binned ECE (our
 simcalib.metrics), the best epoch (0-based; the code's: its last epoch marked as improved) and fit seconds.
 
-    python benchmarks/gets_reference.py --gets-repo /root/ref/GETS --benchmarks Cora Citeseer \
+    python benchmarks/reference/gets_reference.py --gets-repo /root/ref/GETS --benchmarks Cora Citeseer \
         --splits 5 --code-seeds 0 1 2 --spread-splits 2 --out reports/gets_reference/side_by_side.csv
 """
 

@@ -5,7 +5,7 @@
 2. Peak resident memory while training one Physics GAT backbone (target: under 6 GB), measured in a
    child process so that the peak belongs to that training alone.
 
-    .venv/bin/python benchmarks/bench_foundation.py [--runs-only | --memory-only] [--epochs N] [--workers N]
+    .venv/bin/python benchmarks/speed/bench_foundation.py [--runs-only | --memory-only] [--epochs N] [--workers N]
 
 The runs go through ``run_benchmark(..., workers=N)`` as ``simcalib benchmark --workers N`` does (default: one
 process per core, one torch thread each).
@@ -23,7 +23,7 @@ import tempfile
 import time
 import warnings
 
-from peak_memory import ru_maxrss_kib  # same folder: run as a script
+from utils import ru_maxrss_kib  # same folder: run as a script
 
 
 def _load() -> str:

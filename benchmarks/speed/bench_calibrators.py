@@ -6,7 +6,7 @@
    a time, and vs one GATS fit (target: SimCalib at most 2x GATS).
 3. Where one Cora GCN run spends its time: backbone training vs each calibrator's fit.
 
-    .venv/bin/python benchmarks/bench_calibrators.py [--physics-only | --cora-only | --grid-only | --kernels]
+    .venv/bin/python benchmarks/speed/bench_calibrators.py [--physics-only | --cora-only | --grid-only | --kernels]
         [--threads 2] [--runs 3 --repeats 3]
 
 Backbones come from the shared cache (or are trained and cached first: ~1-2 min for Physics GCN on two

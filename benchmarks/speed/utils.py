@@ -1,4 +1,5 @@
-"""The peak resident memory of this process, as the benchmarks report it (Linux).
+"""Helpers shared by the speed benchmarks: the peak resident memory of this process (Linux) and the CPU model
+that the outputs name.
 
 * VmHWM (``/proc/self/status``): the process's own high-water mark of resident memory;
 * ``ru_maxrss`` (``getrusage``): the same peak, except that after ``exec`` it starts at the resident size of
@@ -9,7 +10,9 @@ Both in KiB on Linux; the functions below convert.
 
 from __future__ import annotations
 
+import platform
 import resource
+import subprocess
 
 
 def vm_hwm_kib() -> float:
@@ -29,3 +32,12 @@ def ru_maxrss_kib() -> float:
 def peak_rss_gib() -> float:
     """VmHWM of this process (peak resident set) in GiB."""
     return vm_hwm_kib() / 2**20
+
+
+def cpu_model() -> str:
+    """The CPU model ``lscpu`` names (else the platform's processor string)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        return platform.processor() or "unknown CPU"

@@ -13,7 +13,7 @@ so that both backbones of a study are measured under one load; its epoch is prin
 Peak memory: each kernel trains a few epochs in a fresh child process of its own, which reports its peak
 resident set (VmHWM, and ``ru_maxrss``) after loading the graph and at the end, so the two peaks never mix.
 
-    python benchmarks/gat_attention_speed.py [--datasets Cora,Computers,Physics] [--repeats 9]
+    python benchmarks/speed/gat_attention_speed.py [--datasets Cora,Computers,Physics] [--repeats 9]
         [--memory-epochs 3] [--threads 1] [--gcn] [--note "..."]
 
 Uses $SIMCALIB_DATA_MIRROR like the CLI. Timings depend on what else the machine is doing: the load
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -33,7 +32,7 @@ import sys
 import time
 import warnings
 
-from peak_memory import ru_maxrss_kib, vm_hwm_kib  # same folder: run as a script
+from utils import cpu_model, ru_maxrss_kib, vm_hwm_kib  # same folder: run as a script
 
 KERNELS = ("pyg", "csr")
 GCN = "gcn"  # the GCN backbone, timed beside the two GAT kernels with --gcn
@@ -43,17 +42,9 @@ def _load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        return platform.processor() or "unknown CPU"
-
-
 def _peak_rss_mib() -> tuple[float, float]:
     """(VmHWM, ru_maxrss) of this process in MiB. ``ru_maxrss`` of a child is at least its parent's resident
-    size (:mod:`peak_memory`); VmHWM is the child's own. The parent starts the children before it loads
+    size (:mod:`utils`); VmHWM is the child's own. The parent starts the children before it loads
     anything, so the two agree there."""
     return vm_hwm_kib() / 1024, ru_maxrss_kib() / 1024
 
@@ -194,7 +185,7 @@ def main() -> None:
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
-    print(f"# python benchmarks/gat_attention_speed.py {shlex.join(sys.argv[1:])}")
+    print(f"# python benchmarks/speed/gat_attention_speed.py {shlex.join(sys.argv[1:])}")
     print(f"# {cpu_model()}, {os.cpu_count()} cores; torch {torch.__version__}, {args.threads} torch thread(s); "
           f"{time.strftime('%Y-%m-%d %H:%M %Z')}")
     if args.note:

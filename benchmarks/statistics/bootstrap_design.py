@@ -12,7 +12,7 @@ Then the coverage of the true mean by three 95% intervals on simulated benchmark
 (5 splits x 3 runs, 5 x 15), normal split effects and run noise at given ICCs: runs resampled (percentile),
 splits resampled (percentile, the report's), splits resampled (BCa).
 
-    .venv/bin/python benchmarks/bootstrap_design.py [results folder ...] [--reps 1000]
+    .venv/bin/python benchmarks/statistics/bootstrap_design.py [results folder ...] [--reps 1000]
 """
 
 from __future__ import annotations

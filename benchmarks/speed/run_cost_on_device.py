@@ -6,7 +6,7 @@ the study resolves for that benchmark is fitted and evaluated there, with its ``
 in ``results.csv``) and the wall time of fit and evaluation. The first calibrator's time includes building the
 calibration graph; ``--warmup`` fits one calibrator first (not reported) so CUDA's start-up is not charged to it.
 
-    python benchmarks/run_cost_on_device.py --dataset Physics --backbone GAT --device cuda [--study study/offline.yaml]
+    python benchmarks/speed/run_cost_on_device.py --dataset Physics --backbone GAT --device cuda [--study study/offline.yaml]
 
 Uses $SIMCALIB_DATA_MIRROR and $SIMCALIB_SPLITS_DIR like the CLI.
 """
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def plan_run(study_path: Path, dataset: str, backbone: str, device: str, calibrators: list[str] | None):

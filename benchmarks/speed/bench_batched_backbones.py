@@ -10,7 +10,7 @@ VmHWM, belongs to that case alone):
 It prints epochs/s and model-epochs/s (one model-epoch = one training step and one evaluation of one model)
 for both and their ratio. Early stopping is off (patience > epochs) so both paths do the same work.
 
-    python benchmarks/bench_batched_backbones.py [--cases cora:gcn,cora:gat,physics:gcn,physics:gat]
+    python benchmarks/speed/bench_batched_backbones.py [--cases cora:gcn,cora:gat,physics:gcn,physics:gat]
         [--threads 1,2] [--epochs 50] [--per-run-models 3] [--batch-sizes 15,3] [--profile]
 
 Uses $SIMCALIB_DATA_MIRROR / $SIMCALIB_SPLITS_DIR like the CLI. Timings depend on what else the machine is
@@ -25,7 +25,7 @@ import os
 import time
 import warnings
 
-from peak_memory import peak_rss_gib  # same folder: run as a script
+from utils import peak_rss_gib  # same folder: run as a script
 
 
 def _load() -> str:

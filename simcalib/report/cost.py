@@ -1,0 +1,152 @@
+r"""What a study costs, read back from its finished runs, and what the rest of it will cost.
+
+Per benchmark of the study, from what a pass left on disk:
+
+* a backbone's cost, from the backbone cache (every cached backbone stores the epochs to its early stop and its
+  training seconds); where the cache also holds backbones of other studies on the same graph, only those whose
+  logits digest is among the rows' ``backbone_digest`` count;
+* each calibrator's fit seconds :math:`f_c`, the mean ``fit_seconds`` of its rows. A calibrator with no row on a
+  benchmark takes the seconds of the same calibrator on the most similar benchmark with rows (the same backbone
+  first, then the nearest node count), scaled by node count: :math:`f_c(b) = f_c(b') \, n(b) / n(b')`.
+
+The rest of the study: with :math:`R` runs asked per benchmark, :math:`r_c` rows of calibrator :math:`c` and
+:math:`m` runs without any row, :math:`m\, t_\text{backbone} + \sum_c \max(R - r_c, 0)\, f_c` CPU-seconds; wall
+time on :math:`w` worker processes, either that over :math:`w` or the makespan of the runs as tasks in the
+study's order (:func:`makespan`). Timings are the machine's while the pass ran, load included.
+
+Shapes: ``fits`` is a frame indexed by (dataset, backbone), one column per calibrator, NaN where a benchmark
+has no row of it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simcalib.errors import ConfigError
+
+RUN_KEYS = ["split", "init", "fold"]
+
+
+def fill_unmeasured(fits: pd.DataFrame, nodes: Mapping[str, int]) -> tuple[pd.DataFrame, dict]:
+    """Mean fit seconds for every (benchmark, calibrator), the missing ones projected by node count.
+
+    A missing cell takes the calibrator's seconds on the benchmark with rows of it that is most similar: the
+    same backbone first, then the smallest ``|log(nodes / nodes of the source)|``, scaled by
+    ``nodes / nodes of the source``. A calibrator without a row anywhere stays NaN.
+    Returns the filled copy and ``{(dataset, backbone, calibrator): (source dataset, source backbone)}``.
+    """
+    filled, sources = fits.copy(), {}
+    for calibrator in fits.columns:
+        measured = fits[calibrator].dropna()
+        if measured.empty:
+            continue
+        for dataset, backbone in fits.index[fits[calibrator].isna()]:
+            source = min(measured.index, key=lambda b: (b[1] != backbone, abs(math.log(nodes[dataset] / nodes[b[0]]))))
+            filled.loc[(dataset, backbone), calibrator] = measured[source] * nodes[dataset] / nodes[source[0]]
+            sources[dataset, backbone, calibrator] = source
+    return filled, sources
+
+
+def check_projection(fits: pd.DataFrame, nodes: Mapping[str, int], targets: list[tuple[str, str]],
+                     min_seconds: float = 1.0) -> pd.Series:
+    """The rule of :func:`fill_unmeasured` tried where the answer is known: for each calibrator with a row on every
+    benchmark, its cells on ``targets`` are hidden and projected from the others; returns, per calibrator, the
+    projected total fit seconds on ``targets`` / the measured total (calibrators whose measured total is under
+    ``min_seconds`` left out: a ratio of near-zeros)."""
+    complete = [n for n in fits.columns if fits[n].notna().all() and fits.loc[targets, n].sum() >= min_seconds]
+    hidden = fits[complete].copy()
+    hidden.loc[targets] = np.nan
+    projected, _ = fill_unmeasured(hidden, nodes)
+    return projected.loc[targets].sum() / fits.loc[targets, complete].sum()
+
+
+def makespan(durations: Sequence[float], workers: int) -> float:
+    """Time until the last job ends when each job, in the given order, starts on the worker that is free first
+    (a task runner's queue of ``workers`` processes)."""
+    if workers < 1:
+        raise ConfigError(f"makespan needs at least one worker, got {workers}; set task_runner.workers >= 1")
+    free = [0.0] * workers
+    for duration in durations:
+        heapq.heapreplace(free, free[0] + duration)  # free[0]: the earliest free worker (a heap's smallest)
+    return max(free)
+
+
+def backbone_costs(cache: Path, dataset: str, backbone: str, digests: set[str]) -> pd.DataFrame:
+    """One row per cached backbone of the benchmark: epochs, training seconds, seconds per epoch, ``matched``
+    (its logits digest is among ``digests``; where any is, only those rows are kept)."""
+    import torch
+
+    from simcalib.experiment.protocol import backbone_digest
+
+    class _Outputs:  # what backbone_digest reads of a backbone's outputs
+        def __init__(self, logits):
+            self.logits = logits
+
+    rows = []
+    for path in sorted((Path(cache) / "backbones" / dataset / backbone).glob("*.pt")):
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+        if saved.get("epochs"):
+            rows.append({"epochs": int(saved["epochs"]), "seconds": float(saved["train_seconds"]),
+                         "matched": backbone_digest(_Outputs(saved["logits"])) in digests})
+    frame = pd.DataFrame(rows, columns=["epochs", "seconds", "matched"])
+    if frame["matched"].any():
+        frame = frame[frame["matched"]]
+    frame["s_per_epoch"] = frame["seconds"] / frame["epochs"].clip(lower=1)
+    return frame
+
+
+def read_results(folders: Sequence[str | Path]) -> pd.DataFrame:
+    """Every results.csv below ``folders``, one row per (benchmark, calibrator, run, seed) (a later file's wins)."""
+    paths = [p for folder in folders for p in sorted(Path(folder).rglob("results.csv"))]
+    if not paths:
+        raise ConfigError(f"no results.csv below {', '.join(map(str, folders))}; name a study's output folder")
+    rows = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+    return rows.drop_duplicates(subset=["dataset", "backbone", "calibrator", *RUN_KEYS, "seed"], keep="last")
+
+
+def study_cost(rows: pd.DataFrame, benchmarks: Sequence[tuple[str, str]], calibrators: Sequence[str],
+               runs_asked: int, cache: Path, nodes: Mapping[str, int]) -> tuple[pd.DataFrame, dict]:
+    """Per benchmark: runs done (every calibrator has its row), runs with rows, cached backbones counted, mean
+    epochs, seconds per epoch, backbone seconds, the calibrators' fit seconds summed, a run's seconds, the
+    remaining CPU-seconds and the remaining runs' seconds as tasks (``tasks``: a list). Benchmarks without a
+    cached backbone are left out, with NaN costs. Also returns the projected fits of :func:`fill_unmeasured`."""
+    names = list(calibrators)
+    digests = set(rows.get("backbone_digest", pd.Series(dtype=str)).dropna().astype(str))
+    fits = pd.DataFrame(np.nan, index=pd.MultiIndex.from_tuples(list(benchmarks)), columns=names)
+    counts = {}
+    for dataset, backbone in benchmarks:
+        mine = rows[(rows["dataset"] == dataset) & (rows["backbone"] == backbone) & rows["calibrator"].isin(names)]
+        per_run = mine.groupby(RUN_KEYS)["calibrator"].nunique()
+        counts[dataset, backbone] = (int((per_run == len(names)).sum()), len(per_run),
+                                     mine.groupby("calibrator").size().reindex(names, fill_value=0))
+        fits.loc[(dataset, backbone)] = mine.groupby("calibrator")["fit_seconds"].mean().reindex(names)
+    filled, projected = fill_unmeasured(fits, nodes)
+    table = []
+    for dataset, backbone in benchmarks:
+        done, with_rows, per_calibrator = counts[dataset, backbone]
+        costs = backbone_costs(cache, dataset, backbone, digests)
+        fit = filled.loc[(dataset, backbone)]
+        calib_s = float(np.nansum(fit.to_numpy()))
+        entry = {"dataset": dataset, "backbone": backbone, "done": done, "with_rows": with_rows,
+                 "backbones": len(costs), "epochs": math.nan, "s_per_epoch": math.nan, "backbone_s": math.nan,
+                 "calib_s": calib_s, "run_s": math.nan, "remaining_s": math.nan, "tasks": []}
+        if not costs.empty:
+            backbone_s = float(costs["seconds"].mean())
+            missing_runs = max(runs_asked - with_rows, 0)
+            missing_fits = float(np.nansum([max(runs_asked - per_calibrator[n], 0) * fit[n] for n in names]))
+            rest = missing_fits - missing_runs * calib_s  # fits of the runs that have some rows, spread over them
+            tasks = [backbone_s + calib_s] * missing_runs + ([rest / with_rows] * with_rows if rest > 0 else [])
+            entry.update(epochs=float(costs["epochs"].mean()), s_per_epoch=float(costs["s_per_epoch"].mean()),
+                         backbone_s=backbone_s, run_s=backbone_s + calib_s,
+                         remaining_s=missing_runs * backbone_s + missing_fits, tasks=tasks)
+        table.append(entry)
+    return pd.DataFrame(table), projected
+
+
+__all__ = ["backbone_costs", "check_projection", "fill_unmeasured", "makespan", "read_results", "study_cost"]

@@ -1,0 +1,116 @@
+"""simcalib.report.cost and ``simcalib cost``: the makespan of a job order, the projection of calibrators without
+rows, and a study's cost read back from its rows and a backbone cache."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from simcalib import cli
+from simcalib.errors import ConfigError
+from simcalib.report.cost import check_projection, fill_unmeasured, makespan
+
+
+@pytest.mark.parametrize("durations,workers,expected", [
+    ([1, 1, 1, 1, 4], 2, 6),  # the long job last: one worker idles while the other runs it
+    ([4, 1, 1, 1, 1], 2, 4),  # longest first: the short jobs fill the other worker
+    ([3, 3, 2, 2, 2], 2, 7),
+    ([3, 3, 2, 2, 2], 3, 5),
+    ([5, 2], 1, 7),
+    ([], 2, 0),
+])
+def test_makespan_puts_each_job_on_the_worker_free_first(durations, workers, expected):
+    assert makespan(durations, workers) == expected
+
+
+def test_makespan_refuses_no_workers():
+    with pytest.raises(ConfigError, match="at least one worker"):
+        makespan([1.0], 0)
+
+
+NODES = {"Small": 1000, "Mid": 2000, "Big": 10000}
+
+
+def _fits(values: dict[tuple[str, str], dict[str, float]]) -> pd.DataFrame:
+    return pd.DataFrame.from_dict(values, orient="index").astype(float)
+
+
+def test_a_missing_fit_is_scaled_by_node_count_from_the_nearest_benchmark_of_the_same_backbone():
+    fits = _fits({
+        ("Small", "GCN"): {"A": 1.0, "B": 2.0},
+        ("Mid", "GCN"): {"A": 3.0, "B": 4.0},
+        ("Big", "GAT"): {"A": 50.0, "B": 6.0},
+        ("Big", "GCN"): {"A": np.nan, "B": 8.0},
+    })
+    filled, sources = fill_unmeasured(fits, NODES)
+    # Mid GCN: same backbone and nearer in node count than Small GCN; Big GAT (same graph) is passed over for its
+    # backbone
+    assert sources == {("Big", "GCN", "A"): ("Mid", "GCN")}
+    assert filled.loc[("Big", "GCN"), "A"] == pytest.approx(3.0 * 10000 / 2000)
+    assert filled.drop(columns="A").equals(fits.drop(columns="A"))  # measured cells untouched
+    assert math.isnan(fits.loc[("Big", "GCN"), "A"])  # the input is not changed
+
+
+def test_another_backbone_is_the_source_only_when_its_own_has_no_row():
+    fits = _fits({("Small", "GAT"): {"A": 2.0}, ("Big", "GCN"): {"A": np.nan}})
+    filled, sources = fill_unmeasured(fits, NODES)
+    assert sources == {("Big", "GCN", "A"): ("Small", "GAT")}
+    assert filled.loc[("Big", "GCN"), "A"] == pytest.approx(20.0)
+
+
+def test_a_calibrator_without_any_row_stays_missing():
+    fits = _fits({("Small", "GCN"): {"A": 1.0, "B": np.nan}, ("Big", "GCN"): {"A": 2.0, "B": np.nan}})
+    filled, sources = fill_unmeasured(fits, NODES)
+    assert sources == {} and filled["B"].isna().all()
+
+
+def test_the_rule_is_checked_on_cells_that_have_rows():
+    # A scales with node count exactly, B not at all; C has a missing cell, so it cannot be checked
+    fits = _fits({
+        ("Small", "GCN"): {"A": 1.0, "B": 5.0, "C": 1.0},
+        ("Big", "GCN"): {"A": 10.0, "B": 5.0, "C": np.nan},
+    })
+    ratios = check_projection(fits, NODES, [("Big", "GCN")])
+    assert ratios.to_dict() == pytest.approx({"A": 1.0, "B": 10.0})
+
+
+def test_the_cost_command_reads_backbones_and_fits_and_projects_the_rest(tmp_path, capsys):
+    """One benchmark of a two-run study: run 0 has both calibrators' rows, run 1 only TS's; two cached backbones
+    (10 epochs in 2 s, 30 in 4 s), one of another study (not among the rows' digests) left out."""
+    from simcalib.experiment.protocol import backbone_digest
+
+    study = tmp_path / "study.yaml"
+    study.write_text("name: c\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\ncalibrators: [TS, VS]\n"
+                     "runs: {splits: 1, inits: 1, folds: 2}\ntask_runner: {workers: 2}\n")
+    folder = tmp_path / "cache" / "backbones" / "Cora" / "GCN"
+    folder.mkdir(parents=True)
+    digests = []
+    for i, (epochs, seconds) in enumerate([(10, 2.0), (30, 4.0), (99, 99.0)]):
+        logits = torch.full((3, 2), float(i))
+        torch.save({"epochs": epochs, "train_seconds": seconds, "logits": logits}, folder / f"{i}.pt")
+        digests.append(backbone_digest(type("Outputs", (), {"logits": logits})()))
+    rows = [{"dataset": "Cora", "backbone": "GCN", "calibrator": name, "split": 0, "init": 0, "fold": fold,
+             "seed": fold, "fit_seconds": seconds, "backbone_digest": digests[fold]}
+            for fold, name, seconds in [(0, "TS", 1.0), (0, "VS", 3.0), (1, "TS", 2.0)]]
+    (tmp_path / "results").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "results" / "results.csv", index=False)
+    assert cli.main(["cost", str(tmp_path / "results"), "--study", str(study), "--cache", str(tmp_path / "cache"),
+                     "--schedule"]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("Cora GCN"))
+    # 1 run done of 2 with rows; backbones 2 (of 3 cached); epochs 20, 0.167 s/epoch (mean of 0.2 and 0.133),
+    # backbone 3 s; fits TS 1.5 + VS 3 = 4.5 s; run 7.5 s; the rest: VS on run 1, 3 s = 0.00083 CPU-hours
+    assert line.split() == ["Cora", "GCN", "1", "2", "2", "20", "0.167", "3.0", "4.5", "7.5", "0.00"]
+    assert "the whole study on the 1 benchmarks projected: 0.0 CPU-hours" in out
+    from simcalib.report.cost import read_results, study_cost
+
+    table, projected = study_cost(read_results([tmp_path / "results"]), [("Cora", "GCN")], ["TS", "VS"], 2,
+                                  tmp_path / "cache", {"Cora": 2708})
+    assert projected == {} and table.loc[0, "remaining_s"] == pytest.approx(3.0)  # VS on run 1
+    assert table.loc[0, "tasks"] == [1.5, 1.5]  # the runs with rows share what they lack
+    assert cli.main(["cost", str(tmp_path / "nothing"), "--study", str(study)]) == 2
+    assert "no results.csv below" in capsys.readouterr().err
