@@ -241,6 +241,21 @@ class AutoCal(Calibrator):
             raise ConfigError("AutoCal is not fitted: call fit(graph) first")
         return self.model
 
+    fitted_attributes = ("selected", "selected_attributes")
+
+    @property
+    def selected_attributes(self) -> dict:
+        """The chosen candidate's own fitted attributes (its ``fitted_attributes``), saved with AutoCal."""
+        return {} if self.model is None else {n: getattr(self.model, n) for n in self.model.fitted_attributes}
+
+    def restore_state(self, state: dict, attributes: dict) -> None:
+        """The chosen candidate rebuilt by name and given its saved state (the ``model.`` entries)."""
+        self.selected = attributes["selected"]
+        self.model = self._build(self.selected)
+        inner = {key[len("model."):]: value for key, value in state.items() if key.startswith("model.")}
+        self.model.restore_state(inner, attributes.get("selected_attributes", {}))
+        self.eval()
+
     def forward(self, graph: CalibrationGraph) -> Tensor:
         return self._fitted()(graph)
 
