@@ -174,8 +174,11 @@ def calibrator_definition(name: str, dataset: str | None = None, backbone: str |
     with torch.random.fork_rng(devices=[]):
         model = entry.cls(2, **kwargs)  # the options do not depend on the number of classes
     trained = {option: getattr(model, option) for option in TRAINING_OPTIONS}
+    # the class's numbers version from 2 on (version 1 is absent: the digests of first definitions stay as they are)
+    version = int(getattr(entry.cls, "numbers_version", 1))
+    versioned = {"numbers_version": version} if version > 1 else {}
     return CalibratorDefinition(entry.name, {"class": entry.cls.__name__, **(entry.source or {}), **defaults,
-                                             **kwargs, **trained})
+                                             **kwargs, **trained, **versioned})
 
 
 register_calibrator("UnCal", UnCal)

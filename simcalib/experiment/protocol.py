@@ -34,10 +34,12 @@ from simcalib.backbones import (
     train_backbone,
 )
 from simcalib.backbones.batched import TRAINER, train_backbones_batched
+from simcalib.backbones.cache import BACKBONE_CODE_VERSION
 from simcalib.calibrators import (
     CALIBRATORS,
     CalibrationGraph,
     Calibrator,
+    CalibratorDefinition,
     build_calibrator,
     calibrator_definition,
     calibrator_seed_name,
@@ -48,7 +50,7 @@ from simcalib.calibrators.signals import NodeSignals
 from simcalib.data import GraphData, get_spec, graph_digest, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.experiment.splits import Split, get_split, resolve_splits_dir, split_digest, split_source_label
-from simcalib.metrics import compute_metrics
+from simcalib.metrics import METRICS_VERSION, compute_metrics
 from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
 from simcalib.store.integrity import (
     BACKBONE_OPTIONS_COLUMN,
@@ -56,6 +58,29 @@ from simcalib.store.integrity import (
     CALIBRATOR_OPTIONS_COLUMN,
 )
 from simcalib.store.results_store import AUDIT_COLUMNS
+
+
+# The version of the numbers this protocol computes (splits, folds, the row's metrics inputs, the seed rule): bump it
+# when an edit moves any row; every row is then computed again. Version 1 stays out of the rows' digests.
+PROTOCOL_VERSION = 1
+
+
+def code_versions() -> dict[str, int]:
+    """The declared versions of the numbers every row depends on besides its calibrator's own
+    (:attr:`~simcalib.calibrators.Calibrator.numbers_version`): backbone, metrics, protocol."""
+    return {"backbone": BACKBONE_CODE_VERSION, "metrics": METRICS_VERSION, "protocol": PROTOCOL_VERSION}
+
+
+def row_definition(calibrator: str, dataset: str, backbone: str, options: dict | None = None) -> CalibratorDefinition:
+    """What a results row of ``calibrator`` on (dataset, backbone) is a function of besides its run: the calibrator's
+    resolved definition (:func:`~simcalib.calibrators.calibrator_definition`, its class's ``numbers_version`` from 2
+    on) and the :func:`code_versions` above 1. Its digest is the rows' ``calibrator_digest``: equal digests, rows of
+    the same numbers; a bumped version gives another digest, hence rows computed again (and only those)."""
+    definition = calibrator_definition(calibrator, dataset, backbone, **(options or {}))
+    bumped = {part: version for part, version in code_versions().items() if version > 1}
+    if not bumped:
+        return definition
+    return CalibratorDefinition(definition.name, {**definition.options, "versions": bumped})
 
 
 def backbone_digest(output: BackboneOutput) -> str:
@@ -365,7 +390,7 @@ def evaluate_calibrator(
     # analysis only, from the true labels of the loaded graph (outside the calibrator's CalibrationGraph)
     homophily_bins = homophily_json(homophily_summary(test_probs.numpy(), y_test.numpy(),
                                                       nodes_local_homophily(graph, test_idx)))
-    definition = calibrator_definition(name, run.dataset, run.backbone, **(options or {}))
+    definition = row_definition(name, run.dataset, run.backbone, options)
     return {
         "dataset": run.dataset, "backbone": run.backbone, "calibrator": name,
         "split": run.split, "init": run.init, "fold": run.fold, "seed": run.seed(settings),
@@ -390,7 +415,7 @@ def save_predictions(folder: Path, run: Run, calibrator: str, probs: np.ndarray,
 
 
 __all__ = [
-    "FittedCalibrator", "ProtocolSettings", "Run", "backbone_config", "backbone_digest", "backbone_options",
+    "PROTOCOL_VERSION", "FittedCalibrator", "ProtocolSettings", "Run", "code_versions", "row_definition", "backbone_config", "backbone_digest", "backbone_options",
     "calibration_graph", "evaluate_calibrator", "fit_calibrator", "fit_calibrator_across_runs", "fits_across_runs",
     "load_graph", "make_runs", "nodes_local_homophily", "one_class_backbone", "run_definition", "run_split",
     "save_predictions", "train_run_backbone", "train_split_backbones",
