@@ -15,7 +15,7 @@ LAYERS = [
     ("store", ["simcalib.store.results_store", "simcalib.store.integrity"]),
     ("analysis", ["simcalib.analysis.feature_signal", "simcalib.analysis.figure_bins", "simcalib.analysis.homophily", "simcalib.analysis.plots"]),
     ("protocol", ["simcalib.experiment.study", "simcalib.experiment.plan", "simcalib.experiment.protocol", "simcalib.experiment.splits", "simcalib.experiment.executor",
-                  "simcalib.experiment.needs"]),
+                  "simcalib.experiment.needs", "simcalib.experiment.ledger"]),
     ("tuning and report", ["simcalib.tuning", "simcalib.report"]),
     ("commands", ["simcalib.commands", "simcalib.cli"]),
 ]

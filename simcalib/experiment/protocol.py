@@ -59,7 +59,6 @@ from simcalib.store.integrity import (
 )
 from simcalib.store.results_store import AUDIT_COLUMNS
 
-
 # The version of the numbers this protocol computes (splits, folds, the row's metrics inputs, the seed rule): bump it
 # when an edit moves any row; every row is then computed again. Version 1 stays out of the rows' digests.
 PROTOCOL_VERSION = 1
