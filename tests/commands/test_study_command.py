@@ -140,3 +140,23 @@ def test_the_committed_results_are_read_by_the_ledger_as_they_are(capsys, study,
     if study == "offline":  # the one run known on two backbones (reports/offline/provenance.yaml, mixed_run)
         assert "1 run with rows on two backbones (s1 i4 f1; backbone_digest)" in progress["Physics-GCN"]
         assert sum("two backbones" in line for line in progress.values()) == 1
+
+
+def test_forget_removes_one_runs_rows_and_names_bad_input(capsys, tmp_path):
+    import pandas as pd
+
+    committed = PROJECT_ROOT / "reports" / "offline" / "results" / "Cora_GCN" / "results.csv"
+    results = tmp_path / "results.csv"
+    lines = committed.read_text().splitlines(keepends=True)
+    results.write_text("".join(lines[:1 + 2 * 21]))  # the first two runs' rows, as committed
+    assert main(["study", "forget", str(results), "--run", "0,0,0", "--calibrators", "TS,VS"]) == 0
+    assert "2 rows of run s0 i0 f0 removed" in capsys.readouterr().out
+    kept = results.read_text().splitlines(keepends=True)
+    assert len(kept) == 1 + 40 and set(kept) <= set(lines)  # every other line kept as it is
+    assert main(["study", "forget", str(results), "--run", "0,0,0"]) == 0
+    assert set(pd.read_csv(results)["fold"]) == {1}
+    assert main(["study", "forget", str(results), "--run", "0-0-0"]) == 2
+    err = capsys.readouterr().err
+    assert "--run '0-0-0': expected SPLIT,INIT,FOLD" in err and err.count("\n") == 1
+    assert main(["study", "forget", str(tmp_path / "missing.csv"), "--run", "0,0,0"]) == 2
+    assert "no such file" in capsys.readouterr().err
