@@ -54,6 +54,7 @@ from simcalib.experiment.protocol import (
     evaluate_calibrator,
     fit_calibrator_across_runs,
     fits_across_runs,
+    prepare_run,
     train_run_backbone,
     train_split_backbones,
 )
@@ -121,10 +122,11 @@ def calibrate_and_evaluate_across_runs(runs: list[Run], settings: ProtocolSettin
     each run's results row, in the order of ``runs`` (each the row of a lone fit to float rounding)."""
     with _COMPUTE_LOCK:
         _set_torch_threads(torch_threads)
-        outputs = [train_run_backbone(run, settings) for run in runs]
-        fitted = fit_calibrator_across_runs(runs, settings, calibrator, options, outputs)
-        return [evaluate_calibrator(run, settings, calibrator, options, output, predictions_dir, model)
-                for run, output, model in zip(runs, outputs, fitted)]
+        contexts = [prepare_run(run, settings) for run in runs]  # each run prepared once
+        outputs = [context.output for context in contexts]
+        fitted = fit_calibrator_across_runs(runs, settings, calibrator, options, outputs, contexts)
+        return [evaluate_calibrator(run, settings, calibrator, options, context.output, predictions_dir, model, context)
+                for run, context, model in zip(runs, contexts, fitted)]
 
 
 def write_summary(dataset: str, backbone: str, out_dir: str) -> dict:

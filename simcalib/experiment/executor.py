@@ -39,6 +39,7 @@ from simcalib.experiment.protocol import (
     evaluate_calibrator,
     fit_calibrator_across_runs,
     fits_across_runs,
+    prepare_run,
     train_run_backbone,
     train_split_backbones,
 )
@@ -119,9 +120,11 @@ class BenchmarkRequest:
 
 def _run_calibrators(run: Run, settings: ProtocolSettings, calibrators: Sequence[str], options: dict[str, dict],
                      predictions_dir: Path | None) -> list[dict]:
-    """One run: its backbone (cached) and the result rows of ``calibrators`` on it."""
-    output = train_run_backbone(run, settings)
-    return [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir) for c in calibrators]
+    """One run: its backbone (cached), prepared once (:func:`~simcalib.experiment.protocol.prepare_run`), and the
+    result rows of ``calibrators`` on it."""
+    context = prepare_run(run, settings)
+    return [evaluate_calibrator(run, settings, c, options.get(c), context.output, predictions_dir, context=context)
+            for c in calibrators]
 
 
 def _split_groups(jobs: Sequence[tuple[Run, list[str]]]) -> list[list[tuple[Run, list[str]]]]:
@@ -145,17 +148,18 @@ def _run_split_group(group: Sequence[tuple[Run, list[str]]], settings: ProtocolS
         outputs = train_split_backbones(runs, settings, models_per_batch)
     else:
         outputs = [train_run_backbone(run, settings) for run in runs]
+    contexts = [prepare_run(run, settings, output) for run, output in zip(runs, outputs)]
     fitted: dict[tuple[int, str], FittedCalibrator] = {}  # (position in group, calibrator) -> fitted model
     if batch_calibrators:
         names = list(dict.fromkeys(c for _, todo in group for c in todo if fits_across_runs(c)))
         for name in names:
             positions = [p for p, (_, todo) in enumerate(group) if name in todo]
             models = fit_calibrator_across_runs([runs[p] for p in positions], settings, name, options.get(name),
-                                                [outputs[p] for p in positions])
+                                                [outputs[p] for p in positions], [contexts[p] for p in positions])
             fitted.update({(p, name): model for p, model in zip(positions, models)})
-    for position, ((run, todo), output) in enumerate(zip(group, outputs)):
-        yield [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir, fitted.pop((position, c), None))
-               for c in todo]
+    for position, ((run, todo), context) in enumerate(zip(group, contexts)):
+        yield [evaluate_calibrator(run, settings, c, options.get(c), context.output, predictions_dir,
+                                   fitted.pop((position, c), None), context) for c in todo]
 
 
 def _split_group_rows(group, settings, options, predictions_dir, models_per_batch=None,
