@@ -42,10 +42,8 @@ study: install
 	$(VENV)/bin/simcalib study run $(STUDY)
 
 # The headline's pass through the flow, written into reports/offline/results: the study file's 12 benchmarks, the
-# large datasets first (93% of the CPU-hours) and Cora and Citeseer last (their rows came from the flow with an
-# earlier ETS, so today's task keys do not match them). Each benchmark's finished tasks are recorded beside its rows
-# (finished-tasks.jsonl), so the same command resumes from the committed records on any machine
-# (reports/offline/provenance.yaml, flow_pass).
+# large datasets first (93% of the CPU-hours) and Cora and Citeseer last. Each finished row is in its benchmark's
+# results.csv at once, so the same command resumes from the committed rows (reports/offline/provenance.yaml, flow_pass).
 HEADLINE_DATASETS ?= [Computers, Photo, CS, Physics, Cora, Citeseer]
 headline: install
 	OMP_NUM_THREADS=1 $(VENV)/bin/simcalib study run study/offline.yaml --set 'benchmarks.datasets=$(HEADLINE_DATASETS)' \

@@ -3,7 +3,7 @@
 * **Study**: one per benchmark x calibrator (x space), named ``Cora_GCN_SimCalib``, in an RDB storage (a
   SQLite file by default, any SQLAlchemy URL such as ``postgresql://...``, so workers on several machines
   can share it). ``load_if_exists``: running the same search again continues the same study. What the
-  study measures (space, objective, runs, protocol, code fingerprint) is stored as a study attribute;
+  study measures (space, objective, runs, protocol, declared code versions) is stored as a study attribute;
   resuming with different settings or changed numeric code is refused rather than mixing incomparable values.
 * **Trial budget**: ``trials`` is the number of *finished* (complete or pruned) trials the study should
   hold, so an interrupted search re-run with the same command does exactly the missing trials.
@@ -164,19 +164,22 @@ def make_pruner(request: SearchRequest) -> optuna.pruners.BasePruner:
 
 
 def code_fingerprint() -> str:
-    """The code behind a trial's value: the library's numeric source (as the study flow's task keys use
-    it), the objective's source, and the torch / torch_geometric versions. A calibrator fixed or retuned
-    by a code change must not be compared with trials measured before it."""
+    """The code behind a trial's value: the declared versions of the library's numbers (backbone, metrics,
+    protocol and every registered calibrator's ``numbers_version``, as the rows' digests use them), the
+    objective's source, and the torch / torch_geometric versions. A calibrator fixed or retuned by a code change
+    (its version bumped) must not be compared with trials measured before it."""
     import hashlib
+    import json
 
     import torch
     import torch_geometric
 
+    from simcalib.calibrators import CALIBRATORS
+    from simcalib.experiment.protocol import code_versions
     from simcalib.tuning import objective
 
-    from .caching import library_fingerprint
-
-    digest = hashlib.sha256(library_fingerprint().encode())
+    versions = {**code_versions(), **{name: entry.cls.numbers_version for name, entry in CALIBRATORS.items()}}
+    digest = hashlib.sha256(json.dumps(versions, sort_keys=True).encode())
     digest.update(Path(objective.__file__).read_bytes())
     digest.update(f"{torch.__version__}|{torch_geometric.__version__}".encode())
     return digest.hexdigest()[:16]

@@ -30,6 +30,9 @@ import numpy as np
 import torch
 
 N_BINS = 15
+# The version of the numbers these metrics compute: bump it when an edit moves a metric's value; every row is
+# then computed again (simcalib.experiment.protocol.row_definition). Version 1 stays out of the rows' digests.
+METRICS_VERSION = 1
 DEGREE_BINS = 10  # the GETS and WATS configs' num_bin
 # Every results file has these columns.
 BASE_METRIC_NAMES = ("ece", "ace", "mce", "classwise_ece", "kde_ece", "nll", "brier", "accuracy")

@@ -311,19 +311,29 @@ def test_resume_from_committed_results_skips_the_runs_it_holds(settings, tmp_pat
         run_benchmark(bigger, elsewhere, tmp_path / "x", resume_from=tmp_path / "missing.csv")
 
 
-def test_rows_name_their_backbone_and_a_resume_on_another_backbone_warns(settings, tmp_path):
+def test_rows_name_their_backbone_and_a_resume_on_another_backbone_is_refused(settings, tmp_path):
+    from simcalib.experiment.ledger import BackboneMismatchError, forget_run
+
     request = BenchmarkRequest("cora", "GCN", ["uncal", "TS"], splits=[0], inits=[0, 1], folds=[0])
     out = tmp_path / "out"
     first = run_benchmark(request, settings, out)
     digests = first.groupby("init")["backbone_digest"].agg(set)
     assert all(len(d) == 1 for d in digests) and digests[0] != digests[1]  # one per backbone, all rows of a run
-    # The same runs continued where init 0's backbone was another (as on another machine): a warning names it.
+    # The same runs continued where init 0's backbone was another (as on another machine): a run's rows share one
+    # backbone, so its new row is not added and the error names the command that recomputes the run whole.
     raw = pd.read_csv(out / "results.csv")
     raw.loc[raw["init"] == 0, "backbone_digest"] = "0123456789abcdef"
     raw.to_csv(out / "results.csv", index=False)
     more = BenchmarkRequest("cora", "GCN", ["uncal", "TS", "ETS"], splits=[0], inits=[0, 1], folds=[0])
-    with pytest.warns(UserWarning, match=r"1 run\(s\) of Cora GCN \(s0 i0 f0\) got another backbone"):
+    with pytest.raises(BackboneMismatchError, match=r"Cora-GCN s0 i0 f0: ETS was computed on backbone [0-9a-f]{16}, "
+                                                    r"the run's rows in .* on 0123456789abcdef .* simcalib study forget "
+                                                    r".*results.csv --run 0,0,0, then run the same command again"):
         run_benchmark(more, settings, out)
+    rows = pd.read_csv(out / "results.csv")
+    assert len(rows) == 5 and list(rows[rows["init"] == 0]["calibrator"]) == ["UnCal", "TS"]  # i1's ETS added
+    assert forget_run(out / "results.csv", 0, 0, 0) == 2
+    again = run_benchmark(more, settings, out)
+    assert len(again) == 6 and again.groupby("init")["backbone_digest"].nunique().tolist() == [1, 1]
 
 
 # ---------------------------------------------------------------------------------------------------------

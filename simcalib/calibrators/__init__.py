@@ -261,8 +261,12 @@ def _check_options(entry: CalibratorEntry, kwargs: dict) -> None:
 def _definition(entry: CalibratorEntry, kwargs: dict, model: Calibrator, taken: dict) -> CalibratorDefinition:
     """The definition of ``entry`` built with ``kwargs`` as ``model``; ``taken``: :func:`defaults_taken`."""
     trained = {option: getattr(model, option) for option in TRAINING_OPTIONS}
+    # the class's numbers version from 2 on (version 1 is absent: the digests of first definitions stay as they are)
+    version = int(getattr(entry.cls, "numbers_version", 1))
+    versioned = {"numbers_version": version} if version > 1 else {}
     return CalibratorDefinition(entry.name, {"class": entry.cls.__name__, **(entry.source or {}),
-                                             **_constructor_defaults(entry.cls), **kwargs, **trained}, taken)
+                                             **_constructor_defaults(entry.cls), **kwargs, **trained, **versioned},
+                                taken)
 
 
 def load_calibrator(path, device="cpu") -> Calibrator:

@@ -2,11 +2,12 @@
 
 ``run`` validates the file and checks its data before Prefect even starts (input errors: one line, exit 2),
 then runs :func:`flows.study.study_flow` and prints where the results, the MLflow UI and the report are.
-Interrupted (Ctrl-C, kill -9), the same command resumes: finished benchmarks are read from their results.csv
-(completion.json), finished tasks of the others from the benchmark's finished-tasks record or the task cache.
+Interrupted (Ctrl-C, kill -9), the same command resumes: every row already in a benchmark's results.csv under the
+plan's calibrator digest is kept and not computed again (:mod:`simcalib.experiment.ledger`).
 
-``check`` prints the plan without computing anything and, where the output folder exists, how much of each
-benchmark it already holds by the flow's own task keys (complete, runs and tasks recorded, records of other code).
+``check`` prints the plan without computing anything and, where the output folder exists, what each benchmark's
+results.csv already holds of it, by the same ledger the study run uses (complete, runs and calibrations done, rows
+under another definition, runs with rows on two backbones).
 """
 
 from __future__ import annotations
@@ -40,6 +41,15 @@ def register(sub) -> None:
     check.add_argument("--json", metavar="FILE", help="also write the plan as JSON to FILE")
     add_override_options(check)
     check.set_defaults(func=check_study)
+
+    forget = study_sub.add_parser(
+        "forget", help="remove one run's rows from a results.csv, so the next study run computes the run whole",
+        description="A run's rows share one backbone: rows computed on another machine's backbone are removed "
+                    "here (every other line kept as it is) and the same `simcalib study run` computes the run again.")
+    forget.add_argument("results", help="a benchmark's results.csv")
+    forget.add_argument("--run", required=True, metavar="SPLIT,INIT,FOLD", help="the run, e.g. 1,4,1")
+    forget.add_argument("--calibrators", help="comma-separated: only these calibrators' rows of the run")
+    forget.set_defaults(func=forget_rows)
 
 
 def add_override_options(parser: argparse.ArgumentParser) -> None:
@@ -111,21 +121,36 @@ def check_study(args: argparse.Namespace) -> int:
         print(f"study {study.name}: {study.spec.description}")
     print("\n".join(plan.lines()))
     if any(benchmark.out_dir.is_dir() for benchmark in plan.benchmarks):
-        from simcalib.commands.orchestration import flows_module
-
-        caching = flows_module("caching", "study check")
-        benchmark_progress = flows_module("study", "study check").benchmark_progress  # the flow's own task keys
-        library_fingerprint, source_fingerprint = caching.library_fingerprint, caching.source_fingerprint
+        from simcalib.experiment.ledger import read_ledger
+        from simcalib.experiment.protocol import code_versions
 
         print(f"  progress in {study.output} (what `simcalib study run` takes from there instead of computing it)")
-        code, source = library_fingerprint(), source_fingerprint()
-        print(f"    code fingerprint {code}" + (f" (source {source}: the same numbers, flows/fingerprint_equivalences.yaml)"
-                                                if code != source else ""))
-        for entry in benchmark_progress(plan):
-            print(f"    {entry.line()}")
+        print("    declared versions " + ", ".join(f"{k} {v}" for k, v in code_versions().items())
+              + " (and each calibrator's numbers_version: its rows' calibrator_digest)")
+        for benchmark in plan.benchmarks:
+            print(f"    {read_ledger(benchmark).line()}")
     if args.json:
         Path(args.json).write_text(json.dumps(plan.to_json(), indent=1) + "\n")
         print(f"plan written to {args.json}")
+    return 0
+
+
+def forget_rows(args: argparse.Namespace) -> int:
+    from simcalib.errors import ConfigError
+    from simcalib.experiment.ledger import forget_run
+    from simcalib.store.integrity import results_lock
+
+    try:
+        split, init, fold = (int(part) for part in args.run.split(","))
+    except ValueError:
+        raise ConfigError(f"--run {args.run!r}: expected SPLIT,INIT,FOLD, e.g. --run 1,4,1") from None
+    path = Path(args.results)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file; give a benchmark's results.csv")
+    calibrators = [c.strip() for c in args.calibrators.split(",")] if args.calibrators else None
+    with results_lock(path.parent, command="simcalib study forget"):
+        removed = forget_run(path, split, init, fold, calibrators)
+    print(f"{path}: {removed} rows of run s{split} i{init} f{fold} removed; the next study run computes them again")
     return 0
 
 
@@ -153,7 +178,7 @@ def run_study(args: argparse.Namespace) -> int:
     try:
         result = study_flow(args.study_file, overrides or None, plan.to_json())
     except KeyboardInterrupt:
-        print(f"\ninterrupted: finished tasks are kept in {study.output / 'task-results'}; "
+        print(f"\ninterrupted: every finished row is kept in {study.output}/<Dataset>_<Backbone>/results.csv; "
               f"run the same command to resume", file=sys.stderr)
         return 130
     print_outcome(result)
@@ -168,8 +193,8 @@ def _exit_cleanly_on_sigterm(output) -> None:
     import signal
 
     def terminate(signum, frame):
-        print(f"\nterminated (signal {signum}): finished tasks are kept in {output / 'task-results'}; "
-              f"run the same command to resume", file=sys.stderr, flush=True)
+        print(f"\nterminated (signal {signum}): every finished row is kept in {output}/<Dataset>_<Backbone>/"
+              f"results.csv; run the same command to resume", file=sys.stderr, flush=True)
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
@@ -184,12 +209,8 @@ def print_outcome(result: dict) -> None:
     if summaries:
         print_summary(pd.concat(summaries, ignore_index=True))
     tasks = result["tasks"]
-    print(f"\ntasks: pretrain {tasks['pretrain']['computed']} computed, {tasks['pretrain']['cached']} cached; "
-          f"calibrate {tasks['calibrate']['computed']} computed, {tasks['calibrate']['cached']} cached")
-    recorded = result.get("recorded", {})
-    if any(recorded.values()):
-        print(f"from the finished-tasks records (not submitted): pretrain {recorded['pretrain']}, "
-              f"calibrate {recorded['calibrate']}")
+    print(f"\ntasks: pretrain {tasks['pretrain']['computed']} computed; calibrate {tasks['calibrate']['computed']} "
+          f"computed; {result.get('rows_found', 0)} rows already in results.csv (not computed again)")
     if result.get("complete_before"):
         print(f"complete before this run (rows read from results.csv, no task submitted): "
               f"{', '.join(result['complete_before'])}")

@@ -3,7 +3,8 @@
 :func:`run_planned_benchmark` chains the protocol's units (:mod:`simcalib.experiment.protocol`) over the runs of one
 :class:`~simcalib.experiment.plan.BenchmarkPlan`, appending each run's rows to ``results.csv``
 (:mod:`simcalib.store.results_store`) as soon as they exist, so an interrupted benchmark keeps what it computed and
-a restart skips it; :func:`run_benchmark` plans a :class:`BenchmarkRequest` first.
+a restart skips it (what is finished is what :func:`~simcalib.experiment.ledger.read_ledger` finds there, as for a
+study); :func:`run_benchmark` plans a :class:`BenchmarkRequest` first.
 
 :func:`in_processes` yields ``function(*task)`` of every task as it finishes. Workers are spawned (torch and
 fork do not mix safely), take the caller's warning filters, exit when the parent dies, and are stopped as
@@ -29,6 +30,7 @@ import torch
 
 from simcalib.calibrators import canonical_calibrator
 from simcalib.errors import ConfigError
+from simcalib.experiment.ledger import BackboneMismatchError, read_ledger
 from simcalib.experiment.plan import BenchmarkPlan, plan_benchmark
 from simcalib.experiment.protocol import (
     FittedCalibrator,
@@ -37,6 +39,7 @@ from simcalib.experiment.protocol import (
     evaluate_calibrator,
     fit_calibrator_across_runs,
     fits_across_runs,
+    prepare_run,
     train_run_backbone,
     train_split_backbones,
 )
@@ -46,11 +49,8 @@ from simcalib.store.results_store import (
     check_results_file,
     check_resume_source,
     copy_finished_rows,
-    known_backbone_digests,
     read_results,
     result_key,
-    result_keys,
-    run_key,
 )
 
 
@@ -120,9 +120,11 @@ class BenchmarkRequest:
 
 def _run_calibrators(run: Run, settings: ProtocolSettings, calibrators: Sequence[str], options: dict[str, dict],
                      predictions_dir: Path | None) -> list[dict]:
-    """One run: its backbone (cached) and the result rows of ``calibrators`` on it."""
-    output = train_run_backbone(run, settings)
-    return [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir) for c in calibrators]
+    """One run: its backbone (cached), prepared once (:func:`~simcalib.experiment.protocol.prepare_run`), and the
+    result rows of ``calibrators`` on it."""
+    context = prepare_run(run, settings)
+    return [evaluate_calibrator(run, settings, c, options.get(c), context.output, predictions_dir, context=context)
+            for c in calibrators]
 
 
 def _split_groups(jobs: Sequence[tuple[Run, list[str]]]) -> list[list[tuple[Run, list[str]]]]:
@@ -146,17 +148,18 @@ def _run_split_group(group: Sequence[tuple[Run, list[str]]], settings: ProtocolS
         outputs = train_split_backbones(runs, settings, models_per_batch)
     else:
         outputs = [train_run_backbone(run, settings) for run in runs]
+    contexts = [prepare_run(run, settings, output) for run, output in zip(runs, outputs)]
     fitted: dict[tuple[int, str], FittedCalibrator] = {}  # (position in group, calibrator) -> fitted model
     if batch_calibrators:
         names = list(dict.fromkeys(c for _, todo in group for c in todo if fits_across_runs(c)))
         for name in names:
             positions = [p for p, (_, todo) in enumerate(group) if name in todo]
             models = fit_calibrator_across_runs([runs[p] for p in positions], settings, name, options.get(name),
-                                                [outputs[p] for p in positions])
+                                                [outputs[p] for p in positions], [contexts[p] for p in positions])
             fitted.update({(p, name): model for p, model in zip(positions, models)})
-    for position, ((run, todo), output) in enumerate(zip(group, outputs)):
-        yield [evaluate_calibrator(run, settings, c, options.get(c), output, predictions_dir, fitted.pop((position, c), None))
-               for c in todo]
+    for position, ((run, todo), context) in enumerate(zip(group, contexts)):
+        yield [evaluate_calibrator(run, settings, c, options.get(c), context.output, predictions_dir,
+                                   fitted.pop((position, c), None), context) for c in todo]
 
 
 def _split_group_rows(group, settings, options, predictions_dir, models_per_batch=None,
@@ -266,14 +269,9 @@ def _run_planned_locked(plan: BenchmarkPlan, save_predictions, progress, workers
         copy_finished_rows(Path(resume_from), results_path,
                            {result_key(r.dataset, r.backbone, c, r.split, r.init, r.fold, seed)
                             for r, seed in zip(runs, plan.seeds) for c in calibrators}, planned, definitions)
-    existing = read_results(results_path)
-    done = set(result_keys(existing))
+    ledger = read_ledger(plan)  # what results.csv holds of the plan: the rows are the record
     predictions_dir = out_dir / "predictions" if save_predictions else None
-    jobs = []  # (run, calibrators still missing from results.csv)
-    for run, seed in zip(runs, plan.seeds):
-        todo = [c for c in calibrators
-                if result_key(run.dataset, run.backbone, c, run.split, run.init, run.fold, seed) not in done]
-        jobs.append((run, todo))
+    jobs = [(run, ledger.todo(run)) for run in runs]  # (run, calibrators still missing from results.csv)
     options = plan.calibrator_options
     if settings.batch_runs or batch_calibrators:
         rows_per_job = _batched_rows(jobs, settings, options, predictions_dir, workers, models_per_batch,
@@ -283,24 +281,17 @@ def _run_planned_locked(plan: BenchmarkPlan, save_predictions, progress, workers
     else:
         rows_per_job = (_run_calibrators(run, settings, todo, options, predictions_dir) if todo else []
                         for run, todo in jobs)
-    known = known_backbone_digests(existing)
-    other_backbone = []
     with contextlib.closing(rows_per_job):  # an interruption stops the runs in flight
         counted = Counted(rows_per_job, len(jobs))
         for rows in progress(counted) if progress else counted:
-            append_rows(results_path, rows)  # the parent alone writes results.csv, each run as it finishes
+            # the parent alone writes results.csv, each run as it finishes; a row on another backbone than its
+            # run's rows there is not added (the ledger's rule)
+            append_rows(results_path, ledger.accept(rows))
             if rows:
                 finished_run()  # the fault hook ($SIMCALIB_FAULT_KILL_AFTER)
-            other_backbone += [row for row in rows[:1] if known.get(run_key(row), {row["backbone_digest"]})
-                               - {row["backbone_digest"]}]
-    if other_backbone:
-        tags = ", ".join(f"s{r['split']} i{r['init']} f{r['fold']}" for r in other_backbone[:8])
-        warnings.warn(
-            f"{len(other_backbone)} run(s) of {plan.dataset} {plan.backbone} ({tags}"
-            f"{' ...' if len(other_backbone) > 8 else ''}) got another backbone than the earlier rows of the same "
-            f"run in {results_path} (backbone_digest differs: trained on another machine or code?); the report "
-            "does not pair such rows. To compare them, recompute the run's other calibrators here too (move their "
-            "rows out of results.csv and run the same command).", stacklevel=2)
+    if ledger.refused:
+        more = f" (and {len(ledger.refused) - 1} more rows)" if len(ledger.refused) > 1 else ""
+        raise BackboneMismatchError(f"{ledger.refused[0]}{more}")
     results = read_results(results_path)
     wanted = (results["calibrator"].isin(calibrators) & (results["dataset"] == plan.dataset)
               & (results["backbone"] == plan.backbone))

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from simcalib.backbones import backbone_name
-from simcalib.calibrators import build_calibrator, calibrator_definition, canonical_calibrator
+from simcalib.calibrators import build_calibrator, canonical_calibrator
 from simcalib.data import get_spec, graph_digest
 from simcalib.errors import ConfigError, SimCalibError
 from simcalib.experiment.protocol import (
@@ -41,6 +41,7 @@ from simcalib.experiment.protocol import (
     backbone_config,
     backbone_options,
     load_graph,
+    row_definition,
     run_split,
 )
 from simcalib.experiment.splits import (
@@ -395,7 +396,7 @@ def plan_benchmark(dataset: str, backbone: str, splits: Iterable[int], inits: It
     for name, options, tuned_from in calibrators:
         name = canonical_calibrator(name)
         options = dict(options or {})
-        definition = calibrator_definition(name, dataset, backbone, **options)
+        definition = row_definition(name, dataset, backbone, options)  # the digest its rows carry
         build_calibrator(name, get_spec(dataset).num_classes, dataset, backbone, **options)  # options build
         resolved.append(CalibratorEntry(name, _options(options), tuned_from, definition.text, definition.digest))
     if len({c.name for c in resolved}) != len(resolved):

@@ -34,10 +34,12 @@ from simcalib.backbones import (
     train_backbone,
 )
 from simcalib.backbones.batched import TRAINER, train_backbones_batched
+from simcalib.backbones.cache import BACKBONE_CODE_VERSION
 from simcalib.calibrators import (
     CALIBRATORS,
     CalibrationGraph,
     Calibrator,
+    CalibratorDefinition,
     build_calibrator,
     calibrator_definition,
     calibrator_seed_name,
@@ -48,7 +50,7 @@ from simcalib.calibrators.signals import NodeSignals
 from simcalib.data import GraphData, get_spec, graph_digest, load_dataset
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.experiment.splits import Split, get_split, resolve_splits_dir, split_digest, split_source_label
-from simcalib.metrics import compute_metrics
+from simcalib.metrics import METRICS_VERSION, compute_metrics
 from simcalib.seeding import STUDY_SEED, derive_seed, run_seed, seed_everything
 from simcalib.store.integrity import (
     BACKBONE_OPTIONS_COLUMN,
@@ -56,6 +58,28 @@ from simcalib.store.integrity import (
     CALIBRATOR_OPTIONS_COLUMN,
 )
 from simcalib.store.results_store import AUDIT_COLUMNS
+
+# The version of the numbers this protocol computes (splits, folds, the row's metrics inputs, the seed rule): bump it
+# when an edit moves any row; every row is then computed again. Version 1 stays out of the rows' digests.
+PROTOCOL_VERSION = 1
+
+
+def code_versions() -> dict[str, int]:
+    """The declared versions of the numbers every row depends on besides its calibrator's own
+    (:attr:`~simcalib.calibrators.Calibrator.numbers_version`): backbone, metrics, protocol."""
+    return {"backbone": BACKBONE_CODE_VERSION, "metrics": METRICS_VERSION, "protocol": PROTOCOL_VERSION}
+
+
+def row_definition(calibrator: str, dataset: str, backbone: str, options: dict | None = None) -> CalibratorDefinition:
+    """What a results row of ``calibrator`` on (dataset, backbone) is a function of besides its run: the calibrator's
+    resolved definition (:func:`~simcalib.calibrators.calibrator_definition`, its class's ``numbers_version`` from 2
+    on) and the :func:`code_versions` above 1. Its digest is the rows' ``calibrator_digest``: equal digests, rows of
+    the same numbers; a bumped version gives another digest, hence rows computed again (and only those)."""
+    definition = calibrator_definition(calibrator, dataset, backbone, **(options or {}))
+    bumped = {part: version for part, version in code_versions().items() if version > 1}
+    if not bumped:
+        return definition
+    return CalibratorDefinition(definition.name, {**definition.options, "versions": bumped})
 
 
 def backbone_digest(output: BackboneOutput) -> str:
@@ -152,13 +176,46 @@ def run_definition(run: Run, settings: ProtocolSettings) -> dict[str, str]:
     the digest of its split's node indices, of the processed graph, and where the split came from. Read from
     the graph and split the run itself uses (:func:`load_graph`, :func:`run_split`)."""
     graph = load_graph(run.dataset, settings)
+    return _run_definition(run, settings, graph, run_split(run, settings, graph))
+
+
+def _run_definition(run: Run, settings: ProtocolSettings, graph: GraphData, split: Split) -> dict[str, str]:
     digest = getattr(graph, "_simcalib_digest", None)  # once per loaded graph: hashing a large graph takes a while
     if digest is None:
         digest = graph_digest(graph)
         graph._simcalib_digest = digest
-    split = run_split(run, settings, graph)
     return {"split_digest": split_digest(split), "data_digest": digest, "split_source": split_source_label(split),
             BACKBONE_OPTIONS_COLUMN: backbone_options(run, settings)}
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run prepared once and handed to each of its calibrators: its graph, split and fold's node indices, its
+    backbone's output, and what its rows record of them (the run's definition columns, the backbone digest).
+
+    Shapes: ``train_idx`` [n_train], ``cal_idx`` [n_cal], ``test_idx`` [n_test] (int64 node indices);
+    ``output.logits`` [N, K]."""
+
+    run: Run
+    graph: GraphData
+    split: Split
+    train_idx: np.ndarray
+    cal_idx: np.ndarray
+    test_idx: np.ndarray
+    output: BackboneOutput
+    definition: dict[str, str]  # the DEFINITION_COLUMNS of its rows (run_definition)
+    backbone_digest: str
+
+
+def prepare_run(run: Run, settings: ProtocolSettings, output: BackboneOutput | None = None) -> RunContext:
+    """The :class:`RunContext` of ``run``: the graph loaded and the split read once; ``output``: the run's backbone
+    output when at hand, else :func:`train_run_backbone` (the backbone cache, or trained now)."""
+    graph = load_graph(run.dataset, settings)
+    split = run_split(run, settings, graph)
+    output = output if output is not None else train_run_backbone(run, settings)
+    train_idx, cal_idx, test_idx = split.fold_indices(run.fold)
+    return RunContext(run, graph, split, train_idx, cal_idx, test_idx, output,
+                      _run_definition(run, settings, graph, split), backbone_digest(output))
 
 
 def nodes_local_homophily(graph: GraphData, nodes: np.ndarray) -> np.ndarray:
@@ -256,10 +313,15 @@ def train_split_backbones(runs: Sequence[Run], settings: ProtocolSettings,
     return outputs  # type: ignore[return-value]
 
 
-def calibration_graph(run: Run, settings: ProtocolSettings, output: BackboneOutput) -> tuple[CalibrationGraph, np.ndarray]:
-    """The calibrator's view of ``run`` (test labels hidden) and the test node indices."""
-    graph = load_graph(run.dataset, settings)
-    train_idx, cal_idx, test_idx = run_split(run, settings, graph).fold_indices(run.fold)
+def calibration_graph(run: Run, settings: ProtocolSettings, output: BackboneOutput,
+                      context: RunContext | None = None) -> tuple[CalibrationGraph, np.ndarray]:
+    """The calibrator's view of ``run`` (test labels hidden) and the test node indices (from ``context`` when
+    given: the run prepared once)."""
+    if context is not None:
+        graph, train_idx, cal_idx, test_idx = context.graph, context.train_idx, context.cal_idx, context.test_idx
+    else:
+        graph = load_graph(run.dataset, settings)
+        train_idx, cal_idx, test_idx = run_split(run, settings, graph).fold_indices(run.fold)
     cg = CalibrationGraph.from_run(output.logits, output.hidden, graph.edge_index, graph.y,
                                    torch.from_numpy(train_idx), torch.from_numpy(cal_idx), features=graph.x)
     return cg, test_idx
@@ -276,12 +338,15 @@ class FittedCalibrator:
 
 
 def fit_calibrator(run: Run, settings: ProtocolSettings, calibrator: str, options: dict | None = None,
-                   output: BackboneOutput | None = None) -> FittedCalibrator:
+                   output: BackboneOutput | None = None, context: RunContext | None = None) -> FittedCalibrator:
     """Fit ``calibrator`` on ``run``'s backbone, seeded by the run's seed and the calibrator's name (so every
-    caller, the study and the benchmarks alike, fits the same model)."""
+    caller, the study and the benchmarks alike, fits the same model). ``context``: the run prepared once
+    (:func:`prepare_run`), its backbone output included."""
     name = canonical_calibrator(calibrator)
+    if context is not None:
+        output = context.output
     output = output if output is not None else train_run_backbone(run, settings)
-    model, cg, test_idx = _built_calibrator(run, settings, name, options, output)
+    model, cg, test_idx = _built_calibrator(run, settings, name, options, output, context)
     start = time.perf_counter()
     try:
         model.fit(cg)
@@ -291,10 +356,11 @@ def fit_calibrator(run: Run, settings: ProtocolSettings, calibrator: str, option
 
 
 def _built_calibrator(run: Run, settings: ProtocolSettings, name: str, options: dict | None,
-                      output: BackboneOutput) -> tuple[Calibrator, CalibrationGraph, np.ndarray]:
+                      output: BackboneOutput, context: RunContext | None = None
+                      ) -> tuple[Calibrator, CalibrationGraph, np.ndarray]:
     """``name`` built for ``run`` under the run's calibrator seed (not fitted), its graph on the device, the
     test nodes. The global generator is left where the fit draws its first random number."""
-    cg, test_idx = calibration_graph(run, settings, output)
+    cg, test_idx = calibration_graph(run, settings, output, context)
     cg = cg.to(resolve_device(settings.device))
     seed_everything(derive_seed(run.seed(settings), calibrator_seed_name(name)))
     return build_calibrator(name, cg.num_classes, run.dataset, run.backbone, **(options or {})), cg, test_idx
@@ -307,15 +373,16 @@ def fits_across_runs(calibrator: str) -> bool:
 
 
 def fit_calibrator_across_runs(runs: Sequence[Run], settings: ProtocolSettings, calibrator: str,
-                               options: dict | None, outputs: Sequence[BackboneOutput]) -> list[FittedCalibrator]:
+                               options: dict | None, outputs: Sequence[BackboneOutput],
+                               contexts: Sequence[RunContext] | None = None) -> list[FittedCalibrator]:
     """:func:`fit_calibrator` of every run of ``runs`` (runs of one graph: one dataset and split), fitted
     together (:func:`~simcalib.calibrators.across_runs.fit_across_runs`): each run's model is the one
     :func:`fit_calibrator` gives, to float rounding, from the same seed. ``fit_seconds`` is the joint fit's time
     divided by the number of runs."""
     name = canonical_calibrator(calibrator)
     built, generators = [], []
-    for run, output in zip(runs, outputs):
-        built.append(_built_calibrator(run, settings, name, options, output))
+    for position, (run, output) in enumerate(zip(runs, outputs)):
+        built.append(_built_calibrator(run, settings, name, options, output, contexts[position] if contexts else None))
         generators.append(generator_after_build(built[-1][1].device))  # the stream the run's lone fit would use
     start = time.perf_counter()
     try:
@@ -336,18 +403,21 @@ def evaluate_calibrator(
     output: BackboneOutput | None = None,
     predictions_dir: str | os.PathLike | None = None,
     fitted: FittedCalibrator | None = None,
+    context: RunContext | None = None,
 ) -> dict:
     """Fit ``calibrator`` on ``run``'s backbone (unless ``fitted`` is given: the model already fitted on it)
-    and return its results row (test-node metrics)."""
+    and return its results row (test-node metrics). ``context``: the run prepared once (:func:`prepare_run`), for
+    every calibrator of the run; built here when not given."""
     name = canonical_calibrator(calibrator)
-    output = output if output is not None else train_run_backbone(run, settings)
-    fitted = fitted if fitted is not None else fit_calibrator(run, settings, name, options, output)
+    context = context if context is not None else prepare_run(run, settings, output)
+    output = context.output
+    fitted = fitted if fitted is not None else fit_calibrator(run, settings, name, options, output, context)
     model, cg, test_idx, fit_seconds = fitted.model, fitted.graph, fitted.test_idx, fitted.fit_seconds
     probs = model.predict_proba(cg).cpu()
     test_nodes = torch.from_numpy(test_idx).to(cg.device)
     signals = NodeSignals(model, cg, test_nodes)  # T_feat and the prototype distance: once for audit and figure
     audit = {column: None for column in AUDIT_COLUMNS} | model.audit(cg, test_nodes, signals)
-    graph = load_graph(run.dataset, settings)
+    graph = context.graph
     y_test = graph.y[test_idx]
     test_probs = probs[test_idx]
     test_degree = cg.degree()[torch.from_numpy(test_idx).to(cg.device)].cpu()  # in-degree: for degree_ece
@@ -365,12 +435,12 @@ def evaluate_calibrator(
     # analysis only, from the true labels of the loaded graph (outside the calibrator's CalibrationGraph)
     homophily_bins = homophily_json(homophily_summary(test_probs.numpy(), y_test.numpy(),
                                                       nodes_local_homophily(graph, test_idx)))
-    definition = calibrator_definition(name, run.dataset, run.backbone, **(options or {}))
+    definition = row_definition(name, run.dataset, run.backbone, options)
     return {
         "dataset": run.dataset, "backbone": run.backbone, "calibrator": name,
         "split": run.split, "init": run.init, "fold": run.fold, "seed": run.seed(settings),
         **metrics, "fit_seconds": fit_seconds, "label_rate": settings.label_rate, **audit,
-        "backbone_digest": backbone_digest(output), "figure_bins": figure_bins, **run_definition(run, settings),
+        "backbone_digest": context.backbone_digest, "figure_bins": figure_bins, **context.definition,
         "one_class_backbone": one_class_backbone(output, test_idx), "homophily_bins": homophily_bins,
         CALIBRATOR_OPTIONS_COLUMN: definition.text, CALIBRATOR_DIGEST_COLUMN: definition.digest,
     }
@@ -390,7 +460,8 @@ def save_predictions(folder: Path, run: Run, calibrator: str, probs: np.ndarray,
 
 
 __all__ = [
-    "FittedCalibrator", "ProtocolSettings", "Run", "backbone_config", "backbone_digest", "backbone_options",
+    "PROTOCOL_VERSION", "FittedCalibrator", "ProtocolSettings", "Run", "RunContext", "code_versions", "prepare_run",
+    "row_definition", "backbone_config", "backbone_digest", "backbone_options",
     "calibration_graph", "evaluate_calibrator", "fit_calibrator", "fit_calibrator_across_runs", "fits_across_runs",
     "load_graph", "make_runs", "nodes_local_homophily", "one_class_backbone", "run_definition", "run_split",
     "save_predictions", "train_run_backbone", "train_split_backbones",

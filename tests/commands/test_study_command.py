@@ -90,14 +90,73 @@ def test_a_bad_set_fails_in_one_line_naming_it(capsys, setting, expected):
 
 
 def test_check_reports_what_an_existing_output_folder_already_holds(capsys, tmp_path):
+    import shutil
+
     study = str(PROJECT_ROOT / "study" / "offline.yaml")
     assert main(["study", "check", study, "--output", str(tmp_path)]) == 0
     assert "progress in" not in capsys.readouterr().out  # nothing there yet: no progress block
+    committed = PROJECT_ROOT / "reports" / "offline" / "results" / "Cora_GCN" / "results.csv"
     (tmp_path / "Cora_GCN").mkdir()
-    (tmp_path / "Cora_GCN" / "finished-tasks.jsonl").write_text('{"key": "pretrain-of-other-code", "result": {}}\n')
+    shutil.copy(committed, tmp_path / "Cora_GCN" / "results.csv")
+    lines = committed.read_text().splitlines(keepends=True)
+    (tmp_path / "Citeseer_GCN").mkdir()
+    (tmp_path / "Citeseer_GCN" / "results.csv").write_text("".join(lines[:1]))  # a header, no row
     assert main(["study", "check", study, "--output", str(tmp_path)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert f"  progress in {tmp_path} (what `simcalib study run` takes from there instead of computing it)" in lines
-    assert ("    Cora-GCN: nothing recorded (75 runs, 1575 calibrations to compute); 1 record of other code, "
-            "settings or options (computed again)") in lines
-    assert sum(line.startswith("    Physics-GAT: nothing recorded") for line in lines) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert f"  progress in {tmp_path} (what `simcalib study run` takes from there instead of computing it)" in out
+    assert "    Cora-GCN: complete (75 runs x 21 calibrators in results.csv)" in out
+    assert "    Citeseer-GCN: nothing done (75 runs, 1575 calibrations to compute)" in out
+    # a calibrator's rows of another definition (options or declared version) are named, to be computed again
+    import pandas as pd
+
+    table = pd.read_csv(committed)
+    table.loc[table.calibrator == "TS", "calibrator_digest"] = "000000000000"
+    table.to_csv(tmp_path / "Cora_GCN" / "results.csv", index=False)
+    assert main(["study", "check", study, "--output", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert ("    Cora-GCN: 0 of 75 runs complete, calibrations 1500 of 1575 (75 runs with work left); fits so far "
+            in "\n".join(out))
+    assert any(line.endswith("rows under another definition, computed again: 75 of TS") for line in out)
+
+
+@pytest.mark.parametrize("study, output, incomplete", [
+    ("offline", "reports/offline/results", {}),
+    # minesweeper and tolokers: their committed commands computed init 0 only (reports/heterophily/provenance.yaml)
+    ("heterophily", "reports/heterophily/results", {"minesweeper-GCN", "minesweeper-GAT", "tolokers-GCN",
+                                                    "tolokers-GAT"}),
+])
+def test_the_committed_results_are_read_by_the_ledger_as_they_are(capsys, study, output, incomplete):
+    assert main(["study", "check", str(PROJECT_ROOT / "study" / f"{study}.yaml"), "--output",
+                 str(PROJECT_ROOT / output)]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines() if line.startswith("    ") and ": " in line
+             and "-" in line.split(":")[0] and not line.startswith("     ")]
+    progress = {line.split(":")[0]: line for line in lines if "runs" in line}
+    assert len(progress) == (12 if study == "offline" else 10)
+    for name, line in progress.items():
+        if name in incomplete:
+            assert line.startswith(f"{name}: 15 of 75 runs complete, calibrations 315 of 1575"), line
+        else:
+            assert line.startswith(f"{name}: complete (75 runs x 21 calibrators in results.csv)"), line
+    if study == "offline":  # the one run known on two backbones (reports/offline/provenance.yaml, mixed_run)
+        assert "1 run with rows on two backbones (s1 i4 f1; backbone_digest)" in progress["Physics-GCN"]
+        assert sum("two backbones" in line for line in progress.values()) == 1
+
+
+def test_forget_removes_one_runs_rows_and_names_bad_input(capsys, tmp_path):
+    import pandas as pd
+
+    committed = PROJECT_ROOT / "reports" / "offline" / "results" / "Cora_GCN" / "results.csv"
+    results = tmp_path / "results.csv"
+    lines = committed.read_text().splitlines(keepends=True)
+    results.write_text("".join(lines[:1 + 2 * 21]))  # the first two runs' rows, as committed
+    assert main(["study", "forget", str(results), "--run", "0,0,0", "--calibrators", "TS,VS"]) == 0
+    assert "2 rows of run s0 i0 f0 removed" in capsys.readouterr().out
+    kept = results.read_text().splitlines(keepends=True)
+    assert len(kept) == 1 + 40 and set(kept) <= set(lines)  # every other line kept as it is
+    assert main(["study", "forget", str(results), "--run", "0,0,0"]) == 0
+    assert set(pd.read_csv(results)["fold"]) == {1}
+    assert main(["study", "forget", str(results), "--run", "0-0-0"]) == 2
+    err = capsys.readouterr().err
+    assert "--run '0-0-0': expected SPLIT,INIT,FOLD" in err and err.count("\n") == 1
+    assert main(["study", "forget", str(tmp_path / "missing.csv"), "--run", "0,0,0"]) == 2
+    assert "no such file" in capsys.readouterr().err

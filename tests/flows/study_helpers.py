@@ -10,8 +10,7 @@ import pandas as pd
 import yaml
 
 TINY_CALIBRATORS = ["UnCal", "TS", "VS", "ETS"]
-TASKS_LINE = re.compile(r"tasks: pretrain (\d+) computed, (\d+) cached; calibrate (\d+) computed, (\d+) cached")
-RECORDED_LINE = re.compile(r"from the finished-tasks records \(not submitted\): pretrain (\d+), calibrate (\d+)")
+TASKS_LINE = re.compile(r"tasks: pretrain (\d+) computed; calibrate (\d+) computed; (\d+) rows already in results.csv")
 
 
 @dataclass

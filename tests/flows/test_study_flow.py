@@ -1,10 +1,10 @@
-"""The study flow: tasks without Prefect, a tiny study end to end, caching, MLflow runs, kill -9 and resume,
-refusals of another split source and of a second writer."""
+"""The study flow: tasks without Prefect, a tiny study end to end, resuming from the rows (the ledger), keys from
+declared versions (a comment computes nothing, a bumped version its calibrator's rows only), MLflow runs, kill -9
+and resume, refusals of another split source, of a second writer and of a run's rows on two backbones."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -18,14 +18,15 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 from shared_paths import PROJECT_ROOT
-from study_helpers import RECORDED_LINE, TASKS_LINE, TINY_CALIBRATORS, numbers
+from study_helpers import TASKS_LINE, TINY_CALIBRATORS, numbers
 
 from simcalib.experiment.protocol import ProtocolSettings, Run
 from simcalib.store.results_store import RESULT_COLUMNS
 
 
 def test_tasks_are_plain_functions_underneath(tiny_protocol: ProtocolSettings, tmp_path):
-    from flows.study import aggregate, calibrate, pretrain
+    from flows.study import calibrate, pretrain, write_summary
+    from simcalib.store.results_store import append_rows
 
     run = Run("Cora", "GCN", 0, 0, 1)
     stats = pretrain.fn(run, tiny_protocol)
@@ -37,7 +38,8 @@ def test_tasks_are_plain_functions_underneath(tiny_protocol: ProtocolSettings, t
     assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == [
         "Cora_GCN_s0_i0_f1_TS.npz", "Cora_GCN_s0_i0_f1_UnCal.npz"]
 
-    written = aggregate.fn("Cora", "GCN", rows, str(tmp_path / "bench"))
+    append_rows(tmp_path / "bench" / "results.csv", rows)
+    written = write_summary("Cora", "GCN", str(tmp_path / "bench"))
     results = pd.read_csv(written["results"])
     assert list(results["calibrator"]) == ["UnCal", "TS"] and list(results.columns[:len(RESULT_COLUMNS)]) == RESULT_COLUMNS
     summary = pd.read_csv(written["summary"])
@@ -46,8 +48,8 @@ def test_tasks_are_plain_functions_underneath(tiny_protocol: ProtocolSettings, t
 
 def test_reference_study_writes_results_and_tracks_them(reference):
     tasks = reference.result["tasks"]
-    assert tasks["pretrain"] == {"computed": 3, "cached": 0, "failed": 0}
-    assert tasks["calibrate"] == {"computed": 12, "cached": 0, "failed": 0}
+    assert tasks["pretrain"] == {"computed": 3, "failed": 0}
+    assert tasks["calibrate"] == {"computed": 12, "failed": 0}
     results = reference.results
     assert len(results) == 12 and set(results["calibrator"]) == set(TINY_CALIBRATORS)
     assert list(results["fold"]) == [0] * 4 + [1] * 4 + [2] * 4  # run order, then the study's calibrator order
@@ -86,10 +88,10 @@ def test_rerun_of_a_complete_study_submits_no_task_and_logs_nothing_twice(refere
 
     result = study_flow(str(reference.study_file), {"report": True})
 
-    # completion.json beside results.csv names this plan's key: the benchmark's rows are read from the file
-    assert result["complete_before"] == ["Cora-GCN"]
-    assert result["tasks"]["pretrain"] == {"computed": 0, "cached": 0, "failed": 0}
-    assert result["tasks"]["calibrate"] == {"computed": 0, "cached": 0, "failed": 0}
+    # every planned row is in results.csv under its calibrator digest: nothing is submitted
+    assert result["complete_before"] == ["Cora-GCN"] and result["rows_found"] == 12
+    assert result["tasks"]["pretrain"] == {"computed": 0, "failed": 0}
+    assert result["tasks"]["calibrate"] == {"computed": 0, "failed": 0}
     assert (reference.output / "Cora_GCN" / "results.csv").read_bytes() == before
     assert result["benchmarks"][0]["mlflow_run_id"] == reference.result["benchmarks"][0]["mlflow_run_id"]
     client = MlflowClient(result["tracking_uri"])
@@ -102,58 +104,81 @@ def test_rerun_of_a_complete_study_submits_no_task_and_logs_nothing_twice(refere
     assert (reported[0]["tracking_uri"], reported[0]["experiment"]) == (result["tracking_uri"], result["experiment"])
 
 
-def test_without_a_completion_record_a_rerun_takes_every_task_from_the_cache(reference, monkeypatch):
-    import flows.study
-    from flows.study import study_flow
+def _library_copy(folder: Path, name: str, edit) -> Path:
+    """A copy of the ``simcalib`` package with ``edit(text)`` applied to ``calibrators/<name>.py``; returns the
+    folder to put first on PYTHONPATH."""
+    import simcalib
 
-    monkeypatch.setattr(flows.study, "completed_benchmark", lambda out_dir, key: None)
-    before = (reference.output / "Cora_GCN" / "results.csv").read_bytes()
+    root = folder
+    shutil.copytree(Path(simcalib.__file__).parent, root / "simcalib", ignore=shutil.ignore_patterns("__pycache__"))
+    module = root / "simcalib" / "calibrators" / f"{name}.py"
+    edited = edit(module.read_text())
+    assert edited != module.read_text()
+    module.write_text(edited)
+    return root
 
-    result = study_flow(str(reference.study_file))
 
-    assert result["complete_before"] == []
-    assert result["tasks"]["pretrain"] == {"computed": 0, "cached": 3, "failed": 0}
-    assert result["tasks"]["calibrate"] == {"computed": 0, "cached": 12, "failed": 0}
-    assert (reference.output / "Cora_GCN" / "results.csv").read_bytes() == before
-    assert result["benchmarks"][0]["mlflow_run_id"] == reference.result["benchmarks"][0]["mlflow_run_id"]
+def test_a_comment_computes_nothing_and_a_bumped_version_only_its_calibrators_rows(reference, study_env, prefect_api,
+                                                                                   tmp_path):
+    """Keys come from declared versions, not from the source text: the same study run again by a library whose
+    calibrator module has one more comment computes nothing; with VS's numbers_version bumped, VS's rows alone."""
+    output = _copy_of_output(reference, tmp_path)
+    overrides = ["--output", str(output), "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-report"]
+    commented = _library_copy(tmp_path / "commented", "vs", lambda text: text + "\n# a comment: no number moves\n")
+    result = _run_cli(reference.study_file, prefect_api, tmp_path, commented, overrides)
+    assert [int(x) for x in TASKS_LINE.search(result).groups()] == [0, 0, 12], result
+
+    bumped = _library_copy(tmp_path / "bumped", "vs", lambda text: text.replace(
+        "class VS(Calibrator):\n", "class VS(Calibrator):\n    numbers_version = 2\n"))
+    result = _run_cli(reference.study_file, prefect_api, tmp_path, bumped, overrides)
+    assert [int(x) for x in TASKS_LINE.search(result).groups()] == [3, 3, 9], result  # VS's 3 rows, on 3 backbones
+    assert "3 rows under another definition of a planned calibrator removed" in result
+    rows = pd.read_csv(output / "Cora_GCN" / "results.csv")
+    vs = rows.calibrator == "VS"
+    assert rows[vs]["calibrator_options"].str.contains('"numbers_version":2').all()
+    old = reference.results
+    assert set(rows[vs]["calibrator_digest"]).isdisjoint(old[old.calibrator == "VS"]["calibrator_digest"])
+    pd.testing.assert_frame_equal(rows[~vs].reset_index(drop=True),
+                                  old[old.calibrator != "VS"].reset_index(drop=True))  # every other row as it was
+    pd.testing.assert_frame_equal(numbers(rows[vs]).drop(columns=["calibrator_options", "calibrator_digest"]),
+                                  numbers(old[old.calibrator == "VS"]).drop(columns=["calibrator_options",
+                                                                                     "calibrator_digest"]))
+
+
+def _run_cli(study_file: Path, api_url: str, home: Path, library: Path, args: list[str]) -> str:
+    """``simcalib study run`` with the ``simcalib`` package of ``library`` (its working folder, first on the path;
+    ``flows`` from the checkout); its output (it must succeed)."""
+    env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_HOME": str(home),
+           "PYTHONPATH": os.pathsep.join([str(library), str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])}
+    assert subprocess.run([sys.executable, "-c", "import simcalib; print(simcalib.__file__)"], cwd=library, env=env,
+                          capture_output=True, text=True).stdout.startswith(str(library))
+    done = subprocess.run([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file), *args],
+                          cwd=library, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
 
 
 def _copy_of_output(reference, tmp_path: Path) -> Path:
-    """The reference study's output folder with its task cache, for a study that must not change the original."""
+    """The reference study's output folder, for a study that must not change the original."""
     output = tmp_path / "copy"
     shutil.copytree(reference.output, output, ignore=shutil.ignore_patterns("report", "*.lock"))
     return output
 
 
-def test_an_edited_results_file_is_not_taken_as_complete_but_rewritten_from_the_task_cache(reference, tmp_path):
-    from flows.study import COMPLETION, study_flow
 
-    output = _copy_of_output(reference, tmp_path)
-    results = output / "Cora_GCN" / "results.csv"
-    original = results.read_bytes()
-    assert (output / "Cora_GCN" / COMPLETION).is_file()
-    frame = pd.read_csv(results)
-    frame.loc[frame.calibrator == "TS", "ece"] = 0.0  # a hand edit: the file no longer has the recorded digest
-    frame.to_csv(results, index=False)
-
-    result = study_flow(str(reference.study_file), {"output": str(output), "tracking_uri": f"sqlite:///{tmp_path}/m.db"})
-
-    assert result["complete_before"] == []
-    assert result["tasks"]["calibrate"] == {"computed": 0, "cached": 12, "failed": 0}
-    assert results.read_bytes() == original
 
 
 def test_changed_options_recompute_only_that_calibrator(reference, study_env, tmp_path):
     from flows.study import study_flow
 
     path = study_env.write("changed", calibrators={"UnCal": {}, "TS": {"lr": 0.05}})
-    # a copy of the reference's output with its task cache, so only what the change touches is computed (and
-    # the reference's own results.csv stays the reference's)
-    output = _copy_of_output(reference, tmp_path)
+    output = _copy_of_output(reference, tmp_path)  # so the reference's own results.csv stays the reference's
     result = study_flow(str(path), {"output": str(output), "tracking_uri": f"sqlite:///{tmp_path}/m.db"})
-    assert result["complete_before"] == []  # the changed TS gives the benchmark another key
-    assert result["tasks"]["calibrate"] == {"computed": 3, "cached": 3, "failed": 0}
-    assert result["tasks"]["pretrain"]["cached"] == 3
+    assert result["complete_before"] == [] and result["rows_found"] == 3  # UnCal's rows; TS's are of lr 0.01
+    assert result["tasks"]["calibrate"] == {"computed": 3, "failed": 0}
+    rows = pd.read_csv(output / "Cora_GCN" / "results.csv")
+    assert list(rows["calibrator"]) == ["UnCal", "TS"] * 3 + ["VS", "ETS"] * 3  # the others' rows kept, after
+    assert rows[rows.calibrator == "TS"]["calibrator_options"].str.contains('"lr":0.05').all()
 
 
 def test_a_label_rate_sweep_in_one_study_gives_the_data_efficiency_figure(study_env, prefect_api):
@@ -190,31 +215,24 @@ def _start(study_file: Path, api_url: str | None, home: Path, **env) -> subproce
 
 def test_kill_9_then_the_same_command_recomputes_nothing_finished(reference, study_env, prefect_api, tmp_path):
     study_file = study_env.write("killed")
-    task_results = study_file.parent / "out" / "task-results"
+    results_path = study_file.parent / "out" / "Cora_GCN" / "results.csv"
     # the fault hook: the study's process SIGKILLs itself once its 3rd calibrate task has finished
     process = _start(study_file, prefect_api, tmp_path, SIMCALIB_FAULT_KILL_AFTER="3")
     output, _ = process.communicate(timeout=300)
     assert process.returncode == -signal.SIGKILL, output
-    finished = {p.name: p.stat().st_mtime_ns for p in task_results.iterdir()}
-    n_pretrain = sum(name.startswith("pretrain-") for name in finished)
-    n_calibrate = sum(name.startswith("calibrate-") for name in finished)
-    assert 3 <= n_calibrate < 12, "the kill came after the study had finished: nothing to resume"
-    assert not (study_file.parent / "out" / "Cora_GCN" / "results.csv").exists()
+    finished = pd.read_csv(results_path)  # each finished task's row is in results.csv at once
+    assert 3 <= len(finished) < 12, "the kill came after the study had finished: nothing to resume"
     assert "splits: Cora-GCN: split(s) 0 from the fixed GATS files" in output
 
     resumed = _start(study_file, prefect_api, tmp_path)
     output, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, output
-    counts = [int(x) for x in TASKS_LINE.search(output).groups()]
-    recorded = RECORDED_LINE.search(output)
-    from_record = [int(x) for x in recorded.groups()] if recorded else [0, 0]
-    # a finished task comes from the task cache or (not even submitted) from the benchmark's finished-tasks
-    # record; nothing finished is computed again
-    assert counts[0::2] == [3 - n_pretrain, 12 - n_calibrate], output
-    assert [counts[1] + from_record[0], counts[3] + from_record[1]] == [n_pretrain, n_calibrate], output
+    pretrained, calibrated, found = (int(x) for x in TASKS_LINE.search(output).groups())
+    assert (calibrated, found) == (12 - len(finished), len(finished)), output  # nothing finished computed again
+    runs_done = sum(len(group) == 4 for _, group in finished.groupby("fold"))
+    assert pretrained == 3 - runs_done, output  # only runs with work left need their backbone
     assert f"splits:  Cora-GCN: split(s) 0 from the fixed GATS files in {study_env.splits} (given)" in output
-    assert all(task_results.joinpath(name).stat().st_mtime_ns == mtime for name, mtime in finished.items())
-    results = pd.read_csv(study_file.parent / "out" / "Cora_GCN" / "results.csv")
+    results = pd.read_csv(results_path)
     pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))  # identical numbers, bit for bit
 
 
@@ -231,12 +249,12 @@ def test_a_stopped_study_ends_with_its_temporary_prefect_server(study_env, tmp_p
     import psutil
 
     study_file = study_env.write(f"{stop}-{runner}", runner={"kind": runner, "workers": 1})
-    task_results = study_file.parent / "out" / "task-results"
+    results_path = study_file.parent / "out" / "Cora_GCN" / "results.csv"
     process = _start(study_file, None, tmp_path / "home")
     children = []
     try:
         deadline = time.monotonic() + 240
-        while not list(task_results.glob("calibrate-*")) and process.poll() is None and time.monotonic() < deadline:
+        while not results_path.is_file() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert process.poll() is None, "the study ended before it could be stopped"
         children = psutil.Process(process.pid).children(recursive=True)
@@ -251,7 +269,7 @@ def test_a_stopped_study_ends_with_its_temporary_prefect_server(study_env, tmp_p
             pytest.fail(f"the study still runs 120 s after {stop}")
         expected = {"SIGTERM": (143, "terminated (signal 15)"), "Ctrl-C": (130, "interrupted")}[stop]
         assert process.returncode == expected[0], output
-        assert f"{expected[1]}: finished tasks are kept in" in output
+        assert f"{expected[1]}: every finished row is kept in" in output
         _, alive = psutil.wait_procs(children, timeout=30)
         assert not alive, [" ".join(c.cmdline())[:80] for c in alive]
     finally:
@@ -299,7 +317,6 @@ def test_a_study_on_another_split_source_refuses_the_folder_of_the_first_and_cha
         study_flow(str(reference.study_file), switched)
     assert "\n" not in str(info.value) and "generated" in str(info.value)
     assert {name: (out / name).read_bytes() for name in before} == before
-    assert not list((reference.output / "task-results").glob("*generated*"))
 
 
 def test_a_second_writer_on_the_study_folder_is_refused_naming_the_holder(reference):
@@ -339,7 +356,7 @@ def test_a_batch_runs_study_gives_the_numbers_of_the_batched_benchmark_and_not_t
     threads = torch.get_num_threads()
     try:
         result = study_flow(str(path))
-        assert result["tasks"]["pretrain"] == {"computed": 4, "cached": 0, "failed": 0}
+        assert result["tasks"]["pretrain"] == {"computed": 4, "failed": 0}
         flow_rows = pd.read_csv(result["benchmarks"][0]["results"])
         # the same runs through `simcalib benchmark --batch-runs` with its own (empty) backbone cache
         settings = dataclasses.replace(load_study(path).settings(), cache_dir=str(tmp_path / "cache"))
@@ -358,22 +375,21 @@ def test_a_batch_runs_study_gives_the_numbers_of_the_batched_benchmark_and_not_t
                               ).sort_values(key))["ece"])
 
 
-def test_a_batch_calibrators_study_fits_a_splits_runs_together_gives_the_per_run_numbers_and_caches(reference, study_env):
+def test_a_batch_calibrators_study_fits_a_splits_runs_together_gives_the_per_run_numbers(reference, study_env):
     import torch
 
-    from flows.study import COMPLETION, study_flow
+    from flows.study import study_flow
 
     path = study_env.write("stacked", runs={"splits": 1, "inits": 1, "folds": 3, "batch_calibrators": True})
     threads = torch.get_num_threads()
     try:
         result = study_flow(str(path))
-        (Path(result["benchmarks"][0]["results"]).parent / COMPLETION).unlink()  # so the rerun replays the cache
         again = study_flow(str(path))
     finally:
         torch.set_num_threads(threads)
     # UnCal per run (3 tasks); TS, VS and ETS each once for the split's 3 runs
-    assert result["tasks"]["calibrate"] == {"computed": 6, "cached": 0, "failed": 0}
-    assert again["tasks"]["calibrate"] == {"computed": 0, "cached": 6, "failed": 0}
+    assert result["tasks"]["calibrate"] == {"computed": 6, "failed": 0}
+    assert again["tasks"]["calibrate"] == {"computed": 0, "failed": 0} and again["complete_before"] == ["Cora-GCN"]
     rows = numbers(pd.read_csv(result["benchmarks"][0]["results"]))
     per_run = numbers(reference.results)  # the same runs, one calibrator fit per task, same backbone cache
     key = ["calibrator", "split", "init", "fold"]
@@ -385,31 +401,28 @@ def test_a_batch_calibrators_study_fits_a_splits_runs_together_gives_the_per_run
     assert rows["nll"].tolist() == pytest.approx(per_run["nll"].tolist(), rel=1e-4)
 
 
-def test_aggregate_keeps_the_rows_of_calibrators_the_study_does_not_run(reference, tmp_path):
-    from flows.study import aggregate
+def test_a_study_keeps_the_rows_of_calibrators_it_does_not_run(reference, tmp_path):
+    from flows.study import study_flow
 
-    rows = reference.results.to_dict("records")
+    output = _copy_of_output(reference, tmp_path)
+    results = output / "Cora_GCN" / "results.csv"
     sweep = reference.results[reference.results.calibrator == "TS"].assign(calibrator="TS_sweep", ece=1.5)
-    folder = tmp_path / "Cora_GCN"
-    folder.mkdir()
-    pd.concat([reference.results[reference.results.calibrator != "VS"], sweep]).to_csv(folder / "results.csv",
-                                                                                        index=False)
-    aggregate.fn("Cora", "GCN", rows, str(folder), calibrators=["UnCal", "TS", "VS", "ETS"])
-    written = pd.read_csv(folder / "results.csv")
+    pd.concat([reference.results[reference.results.calibrator != "VS"], sweep]).to_csv(results, index=False)
+    result = study_flow(str(reference.study_file), {"output": str(output), "tracking_uri": f"sqlite:///{tmp_path}/m.db"})
+    assert result["tasks"]["calibrate"] == {"computed": 3, "failed": 0}  # VS's rows only
+    written = pd.read_csv(results)
     assert list(written["calibrator"]) == list(reference.results["calibrator"]) + ["TS_sweep"] * 3
     pd.testing.assert_frame_equal(numbers(written.iloc[:12]), numbers(reference.results))
     assert (written.iloc[12:]["ece"] == 1.5).all()
-    aggregate.fn("Cora", "GCN", rows, str(folder))  # without the study's calibrators: its rows alone
-    assert len(pd.read_csv(folder / "results.csv")) == 12
 
 
-def _stop_after_recording(path: Path, calibrations: int, cache_dir: Path, monkeypatch) -> Path:
-    """Run the study at ``path`` until its flow's process dies after ``calibrations`` recorded calibrations;
-    returns the study's output folder, with the task cache deleted (the machine is gone)."""
+def _stop_after(path: Path, calibrations: int, cache_dir: Path, monkeypatch) -> Path:
+    """Run the study at ``path`` until its flow's process dies after ``calibrations`` finished calibrations;
+    returns the study's output folder (the backbone cache ``cache_dir`` is left behind: the machine is gone)."""
     import flows.study
     from flows.study import study_flow
 
-    finished = iter(range(calibrations + 1))
+    finished = iter(range(1, calibrations + 1))  # the hook runs once a task's rows are in results.csv
 
     def stop_after_them():
         if next(finished) == calibrations:
@@ -419,56 +432,60 @@ def _stop_after_recording(path: Path, calibrations: int, cache_dir: Path, monkey
     with pytest.raises(Exception, match="stopped"):
         study_flow(str(path), {"data": {"cache_dir": str(cache_dir)}})
     monkeypatch.undo()
-    out = path.parent / "out"
-    shutil.rmtree(out / "task-results")
-    return out
+    return path.parent / "out"
 
 
-def test_a_study_stopped_midway_resumes_from_its_finished_tasks_record_without_task_or_backbone_cache(
+def test_a_study_stopped_midway_resumes_from_its_rows_without_the_backbone_cache(
         reference, study_env, tmp_path, monkeypatch):
-    """The machine is gone: only the benchmark's folder is left (finished-tasks.jsonl beside results.csv). The
-    recorded tasks are not run again, only the backbones of runs with calibrations left are trained, and
-    the rows equal the uninterrupted study's."""
-    from flows.study import COMPLETION, FINISHED_TASKS, study_flow
+    """The machine is gone: only the benchmark's folder is left. The rows there are not computed again, only the
+    backbones of runs with calibrations left are trained, and the rows equal the uninterrupted study's."""
+    from flows.study import study_flow
 
     path = study_env.write("recorded", runner={"workers": 1})
-    out = _stop_after_recording(path, 4, tmp_path / "backbones-first", monkeypatch)
-    record = out / "Cora_GCN" / FINISHED_TASKS
-    recorded = [json.loads(line) for line in record.read_text().splitlines()]
-    done = [(r["result"]["fold"], r["result"]["calibrator"]) for r in recorded if r["key"].startswith("calibrate-")]
+    out = _stop_after(path, 4, tmp_path / "backbones-first", monkeypatch)
+    first = pd.read_csv(out / "Cora_GCN" / "results.csv")
+    done = set(zip(first["fold"], first["calibrator"]))
     assert len(done) == 4
 
     cache = tmp_path / "backbones-second"  # empty: every backbone needed is trained again
     result = study_flow(str(path), {"data": {"cache_dir": str(cache)}})
 
-    assert result["recorded"]["calibrate"] == 4
-    assert result["tasks"]["calibrate"] == {"computed": 8, "cached": 0, "failed": 0}
+    assert result["rows_found"] == 4
+    assert result["tasks"]["calibrate"] == {"computed": 8, "failed": 0}
     folds_left = {fold for fold in range(3)} - {fold for fold in range(3)
                                                 if all((fold, c) in done for c in TINY_CALIBRATORS)}
     assert result["tasks"]["pretrain"]["computed"] == len(folds_left) == len(list(cache.rglob("*.pt")))
     results = pd.read_csv(out / "Cora_GCN" / "results.csv")
     pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))
-    assert not record.exists() and (out / "Cora_GCN" / COMPLETION).is_file()
+    assert sorted(p.name for p in (out / "Cora_GCN").iterdir() if not p.name.startswith(".")) == [
+        "predictions", "results.csv", "splits.json", "summary.csv"]
 
 
-def test_recorded_rows_of_another_machines_backbone_are_computed_again_on_this_ones(
+def test_rows_of_another_machines_backbone_refuse_this_ones_until_the_run_is_forgotten(
         reference, study_env, tmp_path, monkeypatch):
-    """The records came from a machine whose CPU trained the same seeds to other weights: their rows are not
-    mixed with this machine's in a run, they are computed again on the run's backbone here."""
-    from flows.study import FINISHED_TASKS, study_flow
+    """The rows came from a machine whose CPU trained the same seeds to other weights: a run's rows share one
+    backbone, so this machine's rows of those runs are refused with the command that removes the run; after it the
+    same study computes the run whole here."""
+    from flows.study import StudyIncompleteError, study_flow
+    from simcalib.cli import main
 
     path = study_env.write("elsewhere", runner={"workers": 1})
-    out = _stop_after_recording(path, 2, tmp_path / "backbones-first", monkeypatch)
-    record = out / "Cora_GCN" / FINISHED_TASKS
-    lines = [json.loads(line) for line in record.read_text().splitlines()]
-    for line in lines:  # as another machine would have recorded them
-        if line["key"].startswith("calibrate-"):
-            line["result"].update(backbone_digest="another-machine", ece=99.0)
-    record.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = _stop_after(path, 2, tmp_path / "backbones-first", monkeypatch)
+    results = out / "Cora_GCN" / "results.csv"
+    frame = pd.read_csv(results).assign(backbone_digest="another-machine", ece=99.0)  # as another machine wrote them
+    frame.to_csv(results, index=False)
+    (fold,) = set(frame["fold"])
+    overrides = {"data": {"cache_dir": str(tmp_path / "backbones-second")}}
 
-    result = study_flow(str(path), {"data": {"cache_dir": str(tmp_path / "backbones-second")}})
+    with pytest.raises(StudyIncompleteError, match=rf"Cora-GCN s0 i0 f{fold}: (VS|ETS) was computed on backbone [0-9a-f]{{16}}, "
+                                                   rf"the run's rows in {results} on another-machine"):
+        study_flow(str(path), overrides)
+    rows = pd.read_csv(results)
+    assert set(rows[rows.fold == fold]["backbone_digest"]) == {"another-machine"} and len(rows) == 10
 
-    assert result["tasks"]["calibrate"] == {"computed": 12, "cached": 0, "failed": 0}
-    results = pd.read_csv(out / "Cora_GCN" / "results.csv")
-    assert "another-machine" not in set(results["backbone_digest"])
-    pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))
+    assert main(["study", "forget", str(results), "--run", f"0,0,{fold}"]) == 0
+    result = study_flow(str(path), overrides)
+    assert result["tasks"]["calibrate"] == {"computed": 4, "failed": 0}
+    pd.testing.assert_frame_equal(numbers(pd.read_csv(results)), numbers(reference.results))
+
+
