@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from simcalib.calibrators.autocal import AutoCal
+from simcalib.calibrators.autocal import AutoCal, CandidateRegistry
 from simcalib.calibrators.base import (
     HIDDEN_LABEL,
     SAVED_FORMAT,
@@ -347,6 +347,7 @@ for _w in (0.5, 0.6, 0.8, 0.9):
     register_calibrator(f"SimCalib_w{_w:g}", SimCalib, f"SimCalib with the mixing weight fixed at w = {_w:g}", w=_w)
 # A calibrator chosen per run among registered ones by cross-fitting on the calibration fold (docs/decisions.md).
 register_calibrator("AutoCal", AutoCal)
+AutoCal.registry = CandidateRegistry(CALIBRATORS, canonical_calibrator, build_calibrator)
 
 __all__ = [
     "AutoCal", "CALIBRATORS", "ETS", "GATS", "GETS", "HIDDEN_LABEL", "IRM", "TS", "VS", "CaGCN", "CalibrationGraph",

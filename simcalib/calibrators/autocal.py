@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -70,6 +71,16 @@ class CandidateScores:
     per_part: tuple[float, ...]
 
 
+@dataclass(frozen=True)
+class CandidateRegistry:
+    """The registered calibrators AutoCal chooses among: their entries by name, the name resolver and the builder
+    (``simcalib.calibrators.CALIBRATORS``, ``canonical_calibrator`` and ``build_calibrator``)."""
+
+    entries: dict
+    canonical: Callable[[str], str]
+    build: Callable[..., Calibrator]
+
+
 class AutoCal(Calibrator):
     r"""The candidate with the best cross-fitted score on the calibration fold, refitted on the whole fold.
 
@@ -114,6 +125,9 @@ class AutoCal(Calibrator):
     """
 
     selects_among_others = True  # its candidates are calibrators of their own: `calibrators: all` leaves it out
+    # The registry it resolves and builds its candidates from, handed to the class where the registry registers it
+    # (simcalib.calibrators), so that this module imports nothing above its own layer.
+    registry: ClassVar[CandidateRegistry | None] = None
 
 
     name = "AutoCal"
@@ -123,7 +137,8 @@ class AutoCal(Calibrator):
                  backbone: str | None = None, max_epochs: int | None = None, patience: int | None = None,
                  lr: float | None = None, weight_decay: float = 0.0):
         super().__init__(num_classes)
-        from simcalib.calibrators import CALIBRATORS, canonical_calibrator
+        registry = self._registry()
+        CALIBRATORS, canonical_calibrator = registry.entries, registry.canonical
 
         if isinstance(candidates, str):
             candidates = [c for c in candidates.split(",") if c.strip()]
@@ -177,11 +192,16 @@ class AutoCal(Calibrator):
                 if v is not None}
         return {**caps, **self.candidate_options.get(name, {})}
 
-    def _build(self, name: str) -> Calibrator:
-        from simcalib.calibrators import build_calibrator
+    @classmethod
+    def _registry(cls) -> CandidateRegistry:
+        if cls.registry is None:
+            raise ConfigError("AutoCal has no calibrator registry; build it with "
+                              "simcalib.calibrators.build_calibrator('AutoCal', num_classes)")
+        return cls.registry
 
-        return build_calibrator(name, self.num_classes, self.dataset, self.backbone,
-                                **self.candidate_build_options(name))
+    def _build(self, name: str) -> Calibrator:
+        return self._registry().build(name, self.num_classes, self.dataset, self.backbone,
+                                      **self.candidate_build_options(name))
 
     def _fit_candidate(self, name: str, graph: CalibrationGraph, stop_idx: Tensor, seed: int) -> Calibrator:
         """Candidate ``name`` built and fitted on ``graph`` (its calibration fold: ``graph.cal_idx``) under a
