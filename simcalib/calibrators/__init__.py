@@ -46,7 +46,14 @@ from simcalib.calibrators.ts import TS
 from simcalib.calibrators.uncal import UnCal
 from simcalib.calibrators.vs import VS
 from simcalib.calibrators.wats import WATS
-from simcalib.errors import ConfigError, DefaultsTakenWarning, UnknownNameError, did_you_mean, resolve_name
+from simcalib.errors import (
+    ConfigError,
+    DataCorruptError,
+    DefaultsTakenWarning,
+    UnknownNameError,
+    did_you_mean,
+    resolve_name,
+)
 
 
 @dataclass(frozen=True)
@@ -191,6 +198,8 @@ def build_calibrator(name: str, num_classes: int, dataset: str | None = None, ba
     definition = _definition(entry, kwargs, calibrator, taken)
     calibrator.built_from = {"name": entry.name, "num_classes": int(num_classes), "dataset": dataset,
                              "backbone": backbone, "options": dict(options), "digest": definition.digest}
+    # the same construction, unfitted: what Calibrator.save rebuilds to check that its file loads
+    calibrator._build_unfitted = functools.partial(entry.cls, num_classes, **kwargs)
     return calibrator
 
 
@@ -269,12 +278,9 @@ def _definition(entry: CalibratorEntry, kwargs: dict, model: Calibrator, taken: 
                                 taken)
 
 
-def load_calibrator(path, device="cpu") -> Calibrator:
-    """The fitted calibrator :meth:`Calibrator.save` wrote to ``path``, on ``device``, in evaluation mode.
-
-    It is rebuilt from what ``build_calibrator`` built it from; a file whose definition this simcalib resolves to
-    another digest (a default, preset or per-benchmark value changed since) is refused. The file is read with
-    ``torch.load(weights_only=True)``: plain values and tensors, no code runs."""
+def _read_saved(path) -> dict:
+    """The record :meth:`Calibrator.save` wrote to ``path``, read with ``torch.load(weights_only=True)`` (plain
+    values and tensors, no code runs); a ConfigError of one line for a missing file or another format."""
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -287,20 +293,47 @@ def load_calibrator(path, device="cpu") -> Calibrator:
     if saved["format_version"] != SAVED_FORMAT_VERSION:
         raise ConfigError(f"{path} has calibrator format {saved['format_version']}; this simcalib reads "
                           f"{SAVED_FORMAT_VERSION} (saved by simcalib {saved['simcalib_version']})")
+    return saved
+
+
+def _rebuild(built: dict) -> Calibrator:
+    """The unfitted calibrator ``built`` (a ``built_from``) describes; its per-benchmark defaults were stated when
+    it was first built, so they are not warned about again."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultsTakenWarning)
+        return build_calibrator(built["name"], built["num_classes"], built["dataset"], built["backbone"],
+                                **built["options"])
+
+
+def load_calibrator(path, device="cpu") -> Calibrator:
+    """The fitted calibrator :meth:`Calibrator.save` wrote to ``path``, on ``device``, in evaluation mode.
+
+    It is rebuilt from what ``build_calibrator`` built it from; a file whose definition this simcalib resolves to
+    another digest (a default, preset or per-benchmark value changed since) is refused. The file is read with
+    ``torch.load(weights_only=True)``: plain values and tensors, no code runs. The metadata saved beside it
+    (``save(path, metadata=...)``): :func:`saved_metadata`."""
+    saved = _read_saved(path)
     built = json.loads(saved["built_from"])
     with torch.random.fork_rng(devices=[]):  # building draws initial weights; loading leaves the stream alone
-        with warnings.catch_warnings():  # stated when it was built
-            warnings.simplefilter("ignore", DefaultsTakenWarning)
-            calibrator = build_calibrator(built["name"], built["num_classes"], built["dataset"], built["backbone"],
-                                          **built["options"])
+        calibrator = _rebuild(built)
         if calibrator.built_from["digest"] != built["digest"]:
             raise ConfigError(f"{path}: {built['name']} as saved (simcalib {saved['simcalib_version']}, definition "
                               f"{built['digest']}) resolves to another definition here "
                               f"({calibrator.built_from['digest']}); load it with the simcalib that saved it, or "
                               "fit it again")
-        calibrator.restore_state(saved["state"], json.loads(saved["attributes"]))  # may build modules: drawn here
+        try:  # may build modules: drawn here
+            calibrator.restore_state(saved["state"], json.loads(saved["attributes"]))
+        except (RuntimeError, KeyError) as exc:
+            raise DataCorruptError(f"{path}: the saved state of {built['name']} does not fit its model "
+                                   f"({type(exc).__name__}); fit and save it again") from None
     calibrator.fit_info = json.loads(saved["fit_info"])
     return calibrator.to(device)
+
+
+def saved_metadata(path) -> dict:
+    """The metadata saved beside the calibrator in ``path`` (``calibrator.save(path, metadata=...)``; ``simcalib
+    select`` saves its ranking as ``{"selection": ...}``); {} for a file saved without any."""
+    return json.loads(_read_saved(path).get("metadata", "{}"))
 
 
 register_calibrator("UnCal", UnCal)
@@ -354,5 +387,5 @@ __all__ = [
     "Calibrator", "CalibratorDefinition", "CalibratorEntry", "Dirichlet", "is_external", "OrderInvariant", "SimCalib", "Spline",
     "TemperatureCalibrator", "UnCal", "WATS", "build_calibrator", "calibrator_definition", "calibrator_names",
     "calibrator_seed_name", "canonical_calibrator", "defaults_taken",
-    "default_weight_decay", "load_calibrator", "node_outputs", "register_calibrator",
+    "default_weight_decay", "load_calibrator", "node_outputs", "register_calibrator", "saved_metadata",
 ]

@@ -18,7 +18,8 @@ import functools
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from importlib import metadata
+from importlib import metadata as package_metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -38,8 +39,8 @@ SAVED_FORMAT_VERSION = 1
 
 def _version() -> str:
     try:
-        return metadata.version("simcalib")
-    except metadata.PackageNotFoundError:
+        return package_metadata.version("simcalib")
+    except package_metadata.PackageNotFoundError:
         return "unknown"
 
 
@@ -381,28 +382,62 @@ class Calibrator(nn.Module, ABC):
         raise ConfigError(f"{self.name}.{method} takes a CalibrationGraph or a logits tensor [n, K], not a "
                           f"{type(logits).__name__}")
 
-    def save(self, path) -> None:
+    def save(self, path, metadata: dict | None = None) -> None:
         """Write the fitted calibrator to ``path``: what :func:`~simcalib.calibrators.build_calibrator` built it
         from (name, classes, dataset, backbone, options, the definition's digest), its state dict, its
-        ``fitted_attributes`` and ``fit_info``; :func:`simcalib.load_calibrator` reads it back."""
+        ``fitted_attributes`` and ``fit_info``; :func:`simcalib.load_calibrator` reads it back.
+
+        ``metadata``: plain values (JSON: numbers, strings, lists, dicts) kept beside the calibrator, e.g. the
+        ranking ``simcalib select`` saves with its winner; :func:`simcalib.calibrators.saved_metadata` reads them.
+        The file is checked by rebuilding the calibrator from it: one whose fit builds modules from the graph
+        that its ``restore_state`` cannot size from the saved state (GETS's sizes them; AutoCal's chosen model
+        is not rebuilt) is refused with a ConfigError, and nothing is written."""
         built = getattr(self, "built_from", None)
-        if built is None:
+        if built is None or getattr(self, "_build_unfitted", None) is None:
             raise ConfigError(f"{self.name} was not built by simcalib.calibrators.build_calibrator, so its "
                               "definition is unknown: build it with build_calibrator(name, num_classes, ...) to save it")
         if not self.fit_info and any(p.requires_grad for p in self.parameters()):
             raise ConfigError(f"{self.name} is not fitted; fit it before saving")
         try:
             built_text = json.dumps(built, sort_keys=True)
-            attributes = json.dumps({name: getattr(self, name) for name in self.fitted_attributes})
+            attribute_values = {name: getattr(self, name) for name in self.fitted_attributes}
+            attributes = json.dumps(attribute_values)
         except TypeError as exc:
             raise ConfigError(f"{self.name}: its options or fitted attributes are not plain values ({exc}), "
                               "so it cannot be saved") from None
+        try:
+            metadata_text = json.dumps({} if metadata is None else dict(metadata), sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{self.name}: the metadata to save is not a mapping of plain values ({exc}); give "
+                              "numbers, strings, lists and dicts") from None
+        state = {key: value.detach().cpu() for key, value in self.state_dict().items()}
+        grown = self._modules_a_rebuild_lacks(state, attribute_values)
+        if grown:
+            raise ConfigError(f"{self.name} builds modules from the graph when fitted ({', '.join(grown)}) that its "
+                              "restore_state cannot rebuild from a saved state, so it cannot be saved; keep the "
+                              "fitted object in memory")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
         torch.save({
             "format": SAVED_FORMAT, "format_version": SAVED_FORMAT_VERSION, "simcalib_version": _version(),
-            "built_from": built_text, "attributes": attributes,
-            "state": {key: value.detach().cpu() for key, value in self.state_dict().items()},
-            "fit_info": json.dumps(self.fit_info, default=float),
+            "built_from": built_text, "attributes": attributes, "state": state,
+            "fit_info": json.dumps(self.fit_info, default=float), "metadata": metadata_text,
         }, path)
+
+    def _modules_a_rebuild_lacks(self, state: dict, attributes: dict) -> list[str]:
+        """The outermost modules of this fitted calibrator that the unfitted one ``build_calibrator`` makes does
+        not hold after ``restore_state(state, attributes)`` (modules its fit built from the graph and its
+        ``restore_state`` does not size); [] when the rebuild takes every saved tensor. Draws nothing from the
+        global stream."""
+        with torch.random.fork_rng(devices=[]):
+            rebuilt = self._build_unfitted()
+            fresh = set(dict(rebuilt.named_modules()))
+            try:
+                rebuilt.restore_state(state, attributes)
+            except (RuntimeError, KeyError):
+                grown = set(dict(self.named_modules())) - fresh
+                return sorted(name for name in grown if name.rpartition(".")[0] not in grown) or ["its state dict"]
+        return []
 
     def restore_state(self, state: dict, attributes: dict) -> None:
         """Take a saved state dict and ``fitted_attributes``; buffers a fit resizes (e.g. IRM's knots) take the

@@ -6,28 +6,26 @@ Usage::
     selection = select_calibrator(graph, candidates=["TS", "ETS", "GATS"], score="nll", parts=5, seed=0)
     print(selection.table())                     # candidates ranked by held-out score, t intervals over the parts
     probs = selection.winner.predict_proba(graph)  # [N, K], the winner refitted on the whole calibration fold
+    selection.winner.save(path, metadata=selection.metadata())  # simcalib.load_calibrator(path) reads it back
 
 The procedure is :class:`~simcalib.calibrators.autocal.AutoCal`'s (its docstring has the equations); this module
-adds the ranking with intervals and the saved file of the winner (:func:`_save_winner`, :func:`load_winner`).
+adds the ranking with intervals. The winner is saved as any calibrator is (:meth:`Calibrator.save`), with the
+ranking as its metadata (:meth:`Selection.metadata`, read back by :func:`simcalib.calibrators.saved_metadata`).
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-from torch import nn
 
 from simcalib.calibrators.autocal import DEFAULT_CANDIDATES, AutoCal, t_interval
 from simcalib.calibrators.base import CalibrationGraph, Calibrator
-from simcalib.errors import ConfigError, DataCorruptError
+from simcalib.errors import ConfigError
 from simcalib.seeding import derive_seed
 
-SAVED_FORMAT = "simcalib-selected-calibrator/1"
 INTERVAL_LEVEL = 0.95
 
 
@@ -61,6 +59,14 @@ class Selection:
     @property
     def winner(self) -> Calibrator:
         return self.selector.model
+
+    def metadata(self) -> dict:
+        """The choice as plain values, what ``simcalib select`` saves beside the winner (``winner.save(path,
+        metadata=selection.metadata())``): ``{"selection": {"winner", "score", "parts", "calibration_nodes",
+        "ranking": [each RankedCandidate's fields, best first]}}``."""
+        ranking = [{**vars(r), "per_part": list(r.per_part)} for r in self.ranking]
+        return {"selection": {"winner": self.winner_name, "score": self.selector.score, "parts": self.selector.parts,
+                              "calibration_nodes": self.num_nodes, "ranking": ranking}}
 
     def table(self) -> str:
         """The ranking as text: rank, candidate, pooled score, mean over the parts [95% t interval]."""
@@ -99,111 +105,4 @@ def select_calibrator(graph: CalibrationGraph, candidates: Sequence[str] = DEFAU
     return Selection(ranking, selector, int(len(graph.cal_idx)))
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The saved winner
-
-_PLAIN = (bool, int, float, str, type(None))
-
-
-def _plain(value) -> bool:
-    if isinstance(value, _PLAIN) or isinstance(value, torch.Tensor):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_plain(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
-    return False
-
-
-def fitted_state(model: nn.Module) -> dict:
-    """What a fitted calibrator holds besides its parameters and buffers: the public attributes of every
-    submodule that are tensors or plain values (e.g. IRM's knots, SimCalib's chosen grid point), by module path.
-    Underscored attributes are caches of the graph it was fitted on and are left out (they may hold labels)."""
-    state = {}
-    for path, module in model.named_modules():
-        kept = {key: value for key, value in vars(module).items()
-                if not key.startswith("_") and key != "training" and _plain(value)}
-        state[path] = kept
-    return state
-
-
-def _save_winner(path: str | os.PathLike, selection: Selection) -> Path:
-    """Save the fitted winner of ``selection`` to ``path`` with ``torch.save``: its registered name, the options it
-    was built with and its resolved definition, its parameters (``state_dict``) and its other fitted values
-    (:func:`fitted_state`), and the ranking. :func:`load_winner` reads it back."""
-    from simcalib.calibrators import build_calibrator, calibrator_definition
-
-    selector, winner = selection.selector, selection.winner
-    options = selector.candidate_build_options(selection.winner_name)
-    definition = calibrator_definition(selection.winner_name, selector.dataset, selector.backbone, **options)
-    with torch.random.fork_rng(devices=[]):
-        built = build_calibrator(selection.winner_name, winner.num_classes, selector.dataset, selector.backbone,
-                                 **options)
-    grown = sorted(set(dict(winner.named_modules())) - set(dict(built.named_modules())))
-    if grown:  # layers sized by the graph at fit time (GETS's feature projections): a rebuild cannot hold them
-        raise ConfigError(f"{selection.winner_name} builds layers from the graph when fitted ({', '.join(grown)}), "
-                          "which this file format cannot rebuild; keep the fitted object in memory "
-                          "(selection.winner), or select among other candidates to save one")
-    record = {
-        "format": SAVED_FORMAT, "calibrator": selection.winner_name, "num_classes": winner.num_classes,
-        "dataset": selector.dataset, "backbone": selector.backbone, "options": options,
-        "definition": definition.text, "definition_digest": definition.digest,
-        "state_dict": {k: v.detach().cpu() for k, v in winner.state_dict().items()},
-        "fitted": _to_cpu(fitted_state(winner)),
-        "selection": {"score": selector.score, "parts": selector.parts,
-                      "ranking": [dict(vars(r)) | {"per_part": list(r.per_part)} for r in selection.ranking]},
-    }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(record, path)
-    return path
-
-
-def _to_cpu(value):
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_cpu(v) for v in value)
-    return value
-
-
-def load_winner(path: str | os.PathLike) -> tuple[Calibrator, dict]:
-    """(the fitted calibrator, the saved record) of a file :func:`_save_winner` wrote; the calibrator is rebuilt
-    from its name and options and refused (ConfigError) when its definition under this library differs from the
-    saved one (another default or option meaning: its fitted values would mean something else)."""
-    from simcalib.calibrators import build_calibrator, calibrator_definition
-
-    try:
-        record = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError) as exc:
-        raise DataCorruptError(f"{path}: not a saved calibrator ({type(exc).__name__}: {exc}); give a file "
-                               "`simcalib select --save` wrote") from None
-    if not isinstance(record, dict) or record.get("format") != SAVED_FORMAT:
-        raise DataCorruptError(f"{path}: not a saved calibrator of format {SAVED_FORMAT}; give a file "
-                               "`simcalib select --save` wrote")
-    name, dataset, backbone, options = record["calibrator"], record["dataset"], record["backbone"], record["options"]
-    definition = calibrator_definition(name, dataset, backbone, **options)
-    if definition.digest != record["definition_digest"]:
-        raise ConfigError(f"{path}: {name} was saved under definition {record['definition_digest']} and this "
-                          f"library defines it as {definition.digest}; select and save it again with this library")
-    model = build_calibrator(name, record["num_classes"], dataset, backbone, **options)
-    modules = dict(model.named_modules())
-    for module_path, values in record["fitted"].items():
-        for key, value in values.items():
-            setattr(modules[module_path], key, value)
-    for key, saved in record["state_dict"].items():  # buffers a fit resizes (e.g. IRM's knots): the saved shape
-        module_path, _, leaf = key.rpartition(".")
-        module = modules.get(module_path)
-        if module is not None and leaf in module._buffers and module._buffers[leaf].shape != saved.shape:
-            module._buffers[leaf] = torch.empty_like(saved)
-    try:
-        model.load_state_dict(record["state_dict"])
-    except RuntimeError as exc:
-        raise DataCorruptError(f"{path}: the saved parameters of {name} do not fit its model ({exc}); select and "
-                               "save it again with this library") from None
-    return model.eval(), record
-
-
-__all__ = ["RankedCandidate", "Selection", "fitted_state", "load_winner", "select_calibrator"]
+__all__ = ["RankedCandidate", "Selection", "select_calibrator"]

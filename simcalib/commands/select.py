@@ -119,7 +119,7 @@ def graph_from_outputs(path: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from simcalib.calibrators.selection import _save_winner, select_calibrator
+    from simcalib.calibrators.selection import select_calibrator
     from simcalib.errors import ConfigError
 
     dataset = backbone = None
@@ -144,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
     print(selection.table())
     message = f"chosen: {selection.winner_name} (refitted on all {selection.num_nodes} calibration nodes)"
     if args.save.lower() != "none":
-        saved = _save_winner(args.save, selection)
-        message += f"; saved to {saved} (simcalib.calibrators.selection.load_winner reads it)"
+        selection.winner.save(args.save, metadata=selection.metadata())
+        message += (f"; saved to {args.save} (simcalib.load_calibrator reads it, "
+                    "simcalib.calibrators.saved_metadata the ranking)")
     print(message)
     return 0

@@ -11,10 +11,18 @@ import torch
 from graph_fixtures import NUM_CLASSES, single_thread, tiny_graph, tiny_problem
 
 import simcalib
-from simcalib.calibrators import CALIBRATORS, TS, CalibrationGraph, CalibratorEntry, build_calibrator
+from simcalib.calibrators import (
+    CALIBRATORS,
+    TS,
+    CalibrationGraph,
+    CalibratorEntry,
+    build_calibrator,
+    load_calibrator,
+    saved_metadata,
+)
 from simcalib.calibrators.autocal import fold_view, stratified_parts
 from simcalib.calibrators.base import HIDDEN_LABEL
-from simcalib.calibrators.selection import _save_winner, load_winner, select_calibrator
+from simcalib.calibrators.selection import RankedCandidate, select_calibrator
 from simcalib.cli import main
 from simcalib.errors import ConfigError
 from simcalib.store.results_store import SELECTION_COLUMNS, append_rows, read_results
@@ -187,22 +195,40 @@ def test_the_row_records_the_choice_and_every_held_out_score(tmp_path):
     assert rows.loc[1, "selected"] == model.selected
 
 
-@pytest.mark.parametrize("candidates", [["TS", "IRM"], ["Spline", "Dirichlet"], ["GATS"], ["SimCalib_decay_all"]])
-def test_the_saved_winner_predicts_as_the_fitted_one(tmp_path, candidates):
+@pytest.mark.parametrize("candidates", [["TS", "IRM"], ["Spline", "Dirichlet"], ["GATS"], ["SimCalib_decay_all"],
+                                        ["GETS"]])
+def test_the_saved_winner_predicts_as_the_fitted_one_and_keeps_the_ranking(tmp_path, candidates):
     graph = tiny_graph()
     selection = select_calibrator(graph, candidates=candidates, parts=3, seed=0, **QUICK)
-    path = _save_winner(tmp_path / "winner.pt", selection)
-    model, record = load_winner(path)
-    assert type(model) is type(selection.winner) and record["calibrator"] == selection.winner_name
+    assert selection.winner.built_from["name"] == selection.winner_name  # built by build_calibrator: savable
+    path = tmp_path / "winner.pt"
+    selection.winner.save(path, metadata=selection.metadata())
+    model = load_calibrator(path)
+    assert type(model) is type(selection.winner) and model.built_from == selection.winner.built_from
     assert torch.equal(model.predict_proba(graph), selection.winner.predict_proba(graph))
-    assert [r["name"] for r in record["selection"]["ranking"]] == [r.name for r in selection.ranking]
+    saved = saved_metadata(path)["selection"]
+    assert saved["winner"] == selection.winner_name and saved["calibration_nodes"] == selection.num_nodes
+    assert (saved["score"], saved["parts"]) == ("nll", 3)
+    assert [RankedCandidate(**{**r, "per_part": tuple(r["per_part"])}) for r in saved["ranking"]] == selection.ranking
 
 
-def test_a_winner_whose_layers_follow_the_graph_is_refused_when_saved(tmp_path):
+def test_a_calibrator_whose_fitted_modules_a_rebuild_cannot_hold_is_refused_when_saved(tmp_path):
     graph = tiny_graph()
-    selection = select_calibrator(graph, candidates=["GETS"], parts=3, seed=0, **QUICK)
-    with pytest.raises(ConfigError, match=r"GETS builds layers from the graph when fitted"):
-        _save_winner(tmp_path / "winner.pt", selection)
+    autocal = build_calibrator("AutoCal", NUM_CLASSES, candidates=["TS", "ETS"], parts=3, **QUICK).fit(graph)
+    with pytest.raises(ConfigError, match=r"AutoCal builds modules from the graph when fitted \(model\)") as exc:
+        autocal.save(tmp_path / "autocal.pt")
+    assert "\n" not in str(exc.value) and not (tmp_path / "autocal.pt").exists()
+    autocal.model.save(tmp_path / "chosen.pt")  # the calibrator it chose saves
+    assert torch.equal(load_calibrator(tmp_path / "chosen.pt").predict_proba(graph), autocal.predict_proba(graph))
+
+
+def test_metadata_must_be_plain_values_and_a_file_without_them_reads_as_none(tmp_path):
+    graph = tiny_graph()
+    ts = build_calibrator("TS", NUM_CLASSES, **QUICK).fit(graph)
+    with pytest.raises(ConfigError, match="the metadata to save is not a mapping of plain values"):
+        ts.save(tmp_path / "ts.pt", metadata={"graph": graph})
+    ts.save(tmp_path / "ts.pt")
+    assert saved_metadata(tmp_path / "ts.pt") == {}
 
 
 def test_the_library_call_is_simcalib_select_calibrator():
@@ -229,8 +255,9 @@ def test_simcalib_select_on_a_file_of_model_outputs_prints_the_ranking_and_saves
     out = capsys.readouterr().out
     assert "12 calibration nodes in 3 stratified parts; held-out NLL" in out
     assert all(name in out for name in ("TS", "ETS", "IRM")) and f"saved to {saved}" in out
-    model, record = load_winner(saved)
-    assert f"chosen: {record['calibrator']} (refitted on all 12 calibration nodes)" in out
+    chosen = saved_metadata(saved)["selection"]["winner"]
+    assert f"chosen: {chosen} (refitted on all 12 calibration nodes)" in out
+    assert load_calibrator(saved).built_from["name"] == chosen
 
 
 @pytest.mark.parametrize("changes,message", [
@@ -267,6 +294,7 @@ def test_simcalib_select_on_a_registered_run_chooses_on_the_protocols_view_of_it
     expected = select_calibrator(graph, candidates=["TS", "ETS"], parts=3, seed=4, dataset="Cora", backbone="GCN")
     assert out.startswith("AutoCal selection on Cora_GCN_s1_i0_f2: 2708 nodes, 7 classes\n")
     assert expected.table() in out
-    model, record = load_winner(saved)
-    assert record["dataset"] == "Cora" and record["calibrator"] == expected.winner_name
+    model = load_calibrator(saved)
+    assert model.built_from["dataset"] == "Cora" and model.built_from["name"] == expected.winner_name
+    assert saved_metadata(saved) == expected.metadata()
     assert torch.allclose(model.predict_proba(graph), expected.winner.predict_proba(graph))
