@@ -212,14 +212,24 @@ def test_the_saved_winner_predicts_as_the_fitted_one_and_keeps_the_ranking(tmp_p
     assert [RankedCandidate(**{**r, "per_part": tuple(r["per_part"])}) for r in saved["ranking"]] == selection.ranking
 
 
-def test_a_calibrator_whose_fitted_modules_a_rebuild_cannot_hold_is_refused_when_saved(tmp_path):
+def test_autocal_saves_with_its_chosen_model_and_loads_to_the_same_probabilities(tmp_path):
     graph = tiny_graph()
     autocal = build_calibrator("AutoCal", NUM_CLASSES, candidates=["TS", "ETS"], parts=3, **QUICK).fit(graph)
-    with pytest.raises(ConfigError, match=r"AutoCal builds modules from the graph when fitted \(model\)") as exc:
-        autocal.save(tmp_path / "autocal.pt")
-    assert "\n" not in str(exc.value) and not (tmp_path / "autocal.pt").exists()
-    autocal.model.save(tmp_path / "chosen.pt")  # the calibrator it chose saves
-    assert torch.equal(load_calibrator(tmp_path / "chosen.pt").predict_proba(graph), autocal.predict_proba(graph))
+    autocal.save(tmp_path / "autocal.pt")
+    loaded = load_calibrator(tmp_path / "autocal.pt")
+    assert loaded.selected == autocal.selected
+    assert torch.equal(loaded.predict_proba(graph), autocal.predict_proba(graph))
+
+
+def test_a_calibrator_whose_fitted_modules_a_rebuild_cannot_hold_is_refused_when_saved(tmp_path):
+    from torch import nn
+
+    graph = tiny_graph()
+    ts = build_calibrator("TS", NUM_CLASSES, **QUICK).fit(graph)
+    ts.grown = nn.Linear(2, 2)  # a module a fit built that the calibrator's restore_state does not rebuild
+    with pytest.raises(ConfigError, match=r"TS builds modules from the graph when fitted \(grown\)") as exc:
+        ts.save(tmp_path / "ts.pt")
+    assert "\n" not in str(exc.value) and not (tmp_path / "ts.pt").exists()
 
 
 def test_metadata_must_be_plain_values_and_a_file_without_them_reads_as_none(tmp_path):

@@ -182,9 +182,7 @@ def test_plain_logits_input_is_checked():
 
 
 # ----------------------------------------------------------------------------------------- save, load
-# AutoCal builds its chosen model when fitted and is refused when saved (tests/calibrators/test_autocal.py); the
-# model it chose saves as any other calibrator
-SAVED = [name for name in calibrator_names() if name != "AutoCal"]
+SAVED = calibrator_names()
 
 
 @pytest.mark.parametrize("name", SAVED)
