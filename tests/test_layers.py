@@ -9,7 +9,7 @@ from test_import_graph import import_graph
 
 # bottom to top; a module belongs to the longest prefix that names it
 LAYERS = [
-    ("foundation", ["simcalib.errors", "simcalib.seeding", "simcalib.metrics", "simcalib.graph", "simcalib.similarity",
+    ("foundation", ["simcalib.errors", "simcalib.seeding", "simcalib.metrics", "simcalib.graph", "simcalib.similarity", "simcalib.early_stopping",
                     "simcalib.entry_points"]),
     ("models", ["simcalib.data", "simcalib.backbones", "simcalib.calibrators", "simcalib.tuning.store"]),
     ("store", ["simcalib.store.results_store", "simcalib.store.integrity"]),
