@@ -23,6 +23,7 @@ from graph_fixtures import single_thread, tiny_graph  # noqa: E402
 import simcalib.calibrators.simcalib as simcalib_module  # noqa: E402
 import simcalib.calibrators.training as calibrator_training  # noqa: E402
 from simcalib.backbones import BackboneConfig, train_backbone  # noqa: E402
+from simcalib.backbones.batched import train_backbones_batched  # noqa: E402
 from simcalib.backbones.models import BACKBONES  # noqa: E402
 from simcalib.backbones.training import graph_inputs  # noqa: E402
 from simcalib.calibrators import build_calibrator  # noqa: E402
@@ -110,6 +111,18 @@ def test_backbone_outputs_equal_the_per_epoch_host_loop(sbm_graph, check_every):
     assert epochs < CONFIG.max_epochs  # the rule stopped the training, so the stopping decision is compared
     assert (out.best_epoch, out.epochs, out.val_accuracy, out.val_nll) == (best_epoch, epochs, acc, loss)
     assert torch.equal(out.logits, logits) and torch.equal(out.hidden, hidden)
+
+
+def test_batched_backbones_do_not_depend_on_the_check_interval(sbm_graph):
+    perm = torch.randperm(sbm_graph.num_nodes, generator=torch.Generator().manual_seed(0))
+    folds = [(perm[10 * i:10 * i + 20], perm[40 + 10 * i:60 + 10 * i]) for i in range(3)]
+    config = BackboneConfig(name="GAT", max_epochs=150, patience=15)
+    each = train_backbones_batched(sbm_graph, folds, [1, 2, 3], config, device="cpu", check_every=1)
+    sparse = train_backbones_batched(sbm_graph, folds, [1, 2, 3], config, device="cpu", check_every=5)
+    assert any(out.epochs < config.max_epochs for out in each)  # a model left the batch early
+    for a, b in zip(each, sparse):
+        assert (a.best_epoch, a.epochs, a.val_accuracy, a.val_nll) == (b.best_epoch, b.epochs, b.val_accuracy, b.val_nll)
+        assert torch.equal(a.logits, b.logits) and torch.equal(a.hidden, b.hidden)
 
 
 @pytest.mark.parametrize("check_every", [1, 6])
