@@ -3,7 +3,8 @@
 Adam, lr 0.01, up to 2000 full-batch epochs, patience 100. After every epoch the model is evaluated on the
 validation (= calibration) fold; the checkpoint is kept when validation accuracy >= best **and**
 validation loss <= best, and patience resets when either improves. The outputs at the kept checkpoint are
-returned directly, so no state dict needs to be reloaded.
+returned directly, so no state dict needs to be reloaded. The rule's state lives on the training device and
+the host reads it every few epochs (:mod:`simcalib.early_stopping`; every epoch on CPU).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Adam (lr 0.01 by default) minimises the NLL of the calibrated output on the calibration fold for up to
 2000 epochs; after each step the NLL on the training folds is computed, the parameters with the lowest
 such NLL so far (ties: the later) are kept, and training stops after ``patience`` (100) epochs without a
-new best.
+new best. The rule's state and the kept parameters live on the calibrator's device and the host reads the
+stopping state every few epochs (:mod:`simcalib.early_stopping`; every epoch on CPU).
 """
 
 from __future__ import annotations
