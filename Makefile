@@ -27,7 +27,7 @@ export DO_NOT_TRACK = true
 export MLFLOW_DISABLE_TELEMETRY = true
 export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 
-.PHONY: install study headline test test-slow lint benchmark clean chromium report mutation gpu-check docs
+.PHONY: install study headline test test-slow lint benchmark clean chromium report mutation gpu-check gpu-study docs
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -99,6 +99,14 @@ gpu-check: install
 # (a broken link, an equation that does not render) fails the build.
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# The headline study on one CUDA device (benchmarks/gpu/gpu_study.py; not in `make test`): study/offline.yaml with
+# device cuda and GPU_STUDY_WORKERS task processes sharing the device, into GPU_STUDY_OUT; prints the wall time, runs
+# per minute, device memory and utilisation. Without CUDA: one line, exit status 2.
+GPU_STUDY_OUT ?= results/gpu
+GPU_STUDY_WORKERS ?= 4
+gpu-study: install
+	$(PY) benchmarks/gpu/gpu_study.py --out $(GPU_STUDY_OUT) --workers $(GPU_STUDY_WORKERS)
 
 clean:
 	rm -rf .cache .prefect results site

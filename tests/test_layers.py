@@ -12,7 +12,7 @@ from test_import_graph import executed, import_graph
 # bottom to top; a module belongs to the longest prefix that names it
 LAYERS = [
     ("foundation", ["simcalib.errors", "simcalib.seeding", "simcalib.metrics", "simcalib.graph", "simcalib.similarity",
-                    "simcalib.entry_points", "simcalib.conformal"]),
+                    "simcalib.entry_points", "simcalib.conformal", "simcalib.early_stopping"]),
     ("models", ["simcalib.data", "simcalib.backbones", "simcalib.calibrators"]),
     ("store", ["simcalib.store.results_store", "simcalib.store.integrity", "simcalib.store.tuned"]),
     ("analysis", ["simcalib.analysis.feature_signal", "simcalib.analysis.figure_bins", "simcalib.analysis.homophily", "simcalib.analysis.palette",

@@ -16,8 +16,10 @@ gradient is its own; Adam is element-wise and every model has the same weight de
 the stacked parameters is M independent optimizers. Each model draws its initialisation and every dropout
 mask from its own ``torch.Generator`` seeded with its run seed, in a fixed order, so its numbers do not
 depend on which other models share the batch (up to floating-point reduction order). Early stopping follows
-the GATS rule of :mod:`simcalib.backbones.training` per model; a stopped model keeps the outputs of its kept
-epoch and is removed from the batch (parameters and optimizer state sliced), so it costs nothing afterwards.
+the GATS rule of :mod:`simcalib.backbones.training` per model, its state on the device
+(:mod:`simcalib.early_stopping`); a stopped model keeps the outputs of its kept epoch and is removed from the
+batch (parameters and optimizer state sliced) when the host next reads the stopping state, so it costs
+nothing afterwards.
 
 For GCN the draws are those of the per-run path (same seed, same CPU generator, same order: W1, W2, then
 one [N, h] dropout mask per epoch), so a batched GCN reproduces the per-run one up to floating-point
@@ -42,6 +44,7 @@ from simcalib.backbones.models import BACKBONES, DEFAULT_ATTENTION
 from simcalib.backbones.sparse import SparseOperand
 from simcalib.backbones.training import BackboneConfig, BackboneOutput, graph_inputs, resolve_device
 from simcalib.data.loading import GraphData
+from simcalib.early_stopping import check_interval, is_check_epoch, python_max, python_min
 from simcalib.errors import ConfigError, TrainingDivergedError
 
 TRAINER = "batched"
@@ -214,11 +217,14 @@ def train_backbones_batched(
     device: str | torch.device | None = "auto",
     on_stopped: Callable[[int, BackboneOutput], None] | None = None,
     models_per_batch: int | None = None,
+    check_every: int | None = None,
 ) -> list[BackboneOutput]:
     """Train ``len(seeds)`` backbones at once: model m from ``seeds[m]`` on ``folds[m] = (train_idx, val_idx)``,
     each early-stopped on its own validation fold. ``on_stopped(m, output)`` is called as each model stops
     (e.g. to cache it at once). ``models_per_batch`` trains consecutive groups of at most that many models
     one group after another (on CPU, a batch wider than the cache is slower per model than a narrow one).
+    ``check_every``: epochs between two host reads of the stopping state (default
+    :func:`~simcalib.early_stopping.check_interval`: 1 on CPU); any value gives the same outputs on CPU.
     Returns one :class:`BackboneOutput` per model, in the order of ``seeds``."""
     if len(folds) != len(seeds) or not seeds:
         raise ValueError("train_backbones_batched needs one (train_idx, val_idx) per seed, and at least one")
@@ -230,7 +236,8 @@ def train_backbones_batched(
         for first in range(0, len(seeds), models_per_batch):
             group = slice(first, first + models_per_batch)
             callback = None if on_stopped is None else (lambda m, out, first=first: on_stopped(first + m, out))
-            outputs += train_backbones_batched(data, folds[group], seeds[group], config, device, callback)
+            outputs += train_backbones_batched(data, folds[group], seeds[group], config, device, callback,
+                                               check_every=check_every)
         return outputs
     device = resolve_device(device)
     generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
@@ -244,41 +251,59 @@ def train_backbones_batched(
     val_w = _fold_weights([f[1] for f in folds], n, device)
     val_mask = val_w > 0
 
-    active = list(range(len(seeds)))  # batch position -> original model index
-    best_acc = [-1.0] * len(seeds)
-    best_loss = [float("inf")] * len(seeds)
-    patience = [config.patience] * len(seeds)
-    kept: list[tuple | None] = [None] * len(seeds)
-    outputs: list[BackboneOutput | None] = [None] * len(seeds)
+    # The GATS rule per model, its state on the device (simcalib.early_stopping), one slot per model m; the host
+    # reads which models stopped every `interval` epochs and then removes them from the batch (between two reads a
+    # stopped model is still computed, its slots masked).
+    interval = check_interval(device, check_every)
+    total = len(seeds)
+    active = list(range(total))  # batch position -> original model index
+    cols = torch.tensor(active, device=device)
+    best_acc = torch.full((total,), -1.0, dtype=torch.float64, device=device)
+    best_loss = torch.full((total,), float("inf"), device=device)
+    patience = torch.full((total,), config.patience, dtype=torch.long, device=device)
+    full_patience = torch.full_like(patience, config.patience)
+    stopped = torch.zeros(total, dtype=torch.bool, device=device)
+    epochs_run = torch.zeros(total, dtype=torch.long, device=device)
+    diverged_at = torch.full((total,), -1, dtype=torch.long, device=device)
+    kept_epoch = torch.full((total,), -1, dtype=torch.long, device=device)
+    kept_acc, kept_loss = torch.zeros_like(best_acc), torch.zeros_like(best_loss)
+    kept_logits = kept_hidden = None  # [N, M, K], [N, M, h], allocated at the first epoch
+    outputs: list[BackboneOutput | None] = [None] * total
     start = time.perf_counter()
 
-    def finish(m: int, epochs: int) -> None:
-        if kept[m] is None:
+    def finish(m: int) -> None:
+        if int(kept_epoch[m]) < 0:
             raise TrainingDivergedError(f"{config.name} on {data.name}: no checkpoint was kept (max_epochs={config.max_epochs})")
-        logits, hidden, acc, loss, best_epoch = kept[m]
+        logits, hidden = kept_logits[:, m].clone(), kept_hidden[:, m].clone()
         if not (torch.isfinite(logits).all() and torch.isfinite(hidden).all()):
             raise TrainingDivergedError(f"{config.name} on {data.name} (seed {seeds[m]}) produced non-finite outputs; "
                                         "lower the learning rate")
-        outputs[m] = BackboneOutput(logits=logits.float().cpu(), hidden=hidden.float().cpu(), val_accuracy=acc,
-                                    val_nll=loss, best_epoch=best_epoch, epochs=epochs,
+        outputs[m] = BackboneOutput(logits=logits.float().cpu(), hidden=hidden.float().cpu(),
+                                    val_accuracy=kept_acc[m].item(), val_nll=kept_loss[m].item(),
+                                    best_epoch=int(kept_epoch[m]), epochs=int(epochs_run[m]),
                                     train_seconds=time.perf_counter() - start,
-                                    info={"trainer": TRAINER, "batch_size": len(seeds)})
-        kept[m] = None
+                                    info={"trainer": TRAINER, "batch_size": total})
         if on_stopped is not None:
             on_stopped(m, outputs[m])
 
+    def raise_if_diverged() -> None:
+        bad = diverged_at.tolist()
+        if max(bad) >= 0:
+            first = min(e for e in bad if e >= 0)
+            raise TrainingDivergedError(
+                f"{config.name} training on {data.name} diverged at epoch {first} "
+                f"(seeds {[seeds[m] for m, e in enumerate(bad) if e == first]}); "
+                f"lower the learning rate (now {config.lr}) or check the input features for NaNs")
+
     for epoch in range(config.max_epochs):
-        cols = torch.tensor(active, device=device)
         model.train()
         optimizer.zero_grad()
         logits, _ = model(x, graph)
         nll = -F.log_softmax(logits, dim=-1).gather(2, y.view(n, 1, 1).expand(n, len(active), 1)).squeeze(2)  # [N, M]
         per_model = (nll * train_w[:, cols]).sum(0)
-        if not torch.isfinite(per_model).all():
-            bad = [seeds[active[i]] for i in torch.nonzero(~torch.isfinite(per_model)).flatten().tolist()]
-            raise TrainingDivergedError(
-                f"{config.name} training on {data.name} diverged at epoch {epoch} (seeds {bad}); "
-                f"lower the learning rate (now {config.lr}) or check the input features for NaNs")
+        first_bad = ~stopped[cols] & ~torch.isfinite(per_model.detach()) & (diverged_at[cols] < 0)
+        diverged_at[cols] = torch.where(first_bad, epoch, diverged_at[cols])
+        live = ~stopped[cols] & (diverged_at[cols] < 0)  # [M_active]
         per_model.sum().backward()
         optimizer.step()
 
@@ -286,29 +311,40 @@ def train_backbones_batched(
         with torch.no_grad():
             logits, hidden = model(x, graph)
             nll = -F.log_softmax(logits, dim=-1).gather(2, y.view(n, 1, 1).expand(n, len(active), 1)).squeeze(2)
-            val_losses = (nll * val_w[:, cols]).sum(0).tolist()
+            val_losses = (nll * val_w[:, cols]).sum(0)
             correct = (logits.argmax(-1) == y.view(n, 1)) & val_mask[:, cols]
-            val_accs = (correct.sum(0).double() / val_mask[:, cols].sum(0).double()).tolist()
-        stopped = []
+            val_accs = correct.sum(0).double() / val_mask[:, cols].sum(0).double()
+            if kept_logits is None:
+                kept_logits = torch.zeros(n, total, logits.size(-1), dtype=logits.dtype, device=device)
+                kept_hidden = torch.zeros(n, total, hidden.size(-1), dtype=hidden.dtype, device=device)
+            acc_ok, loss_ok = val_accs >= best_acc[cols], val_losses <= best_loss[cols]
+            improved = live & (acc_ok | loss_ok)
+            keep = improved & acc_ok & loss_ok
+            kept_logits.index_copy_(1, cols, torch.where(keep.view(1, -1, 1), logits, kept_logits[:, cols]))
+            kept_hidden.index_copy_(1, cols, torch.where(keep.view(1, -1, 1), hidden, kept_hidden[:, cols]))
+            kept_acc[cols] = torch.where(keep, val_accs, kept_acc[cols])
+            kept_loss[cols] = torch.where(keep, val_losses, kept_loss[cols])
+            kept_epoch[cols] = torch.where(keep, epoch, kept_epoch[cols])
+            best_acc[cols] = torch.where(improved, python_max(val_accs, best_acc[cols]), best_acc[cols])
+            best_loss[cols] = torch.where(improved, python_min(val_losses, best_loss[cols]), best_loss[cols])
+            left = torch.where(improved, full_patience[cols], torch.where(live, patience[cols] - 1, patience[cols]))
+            patience[cols] = left
+            stopped[cols] = stopped[cols] | (live & ~improved & (left <= 0))
+            epochs_run[cols] = torch.where(live, epoch + 1, epochs_run[cols])
+        if not is_check_epoch(epoch, interval, config.max_epochs - 1):
+            continue
+        raise_if_diverged()
+        done = stopped[cols].tolist()
         for pos, m in enumerate(active):
-            acc, loss = val_accs[pos], val_losses[pos]
-            if acc >= best_acc[m] or loss <= best_loss[m]:
-                if acc >= best_acc[m] and loss <= best_loss[m]:
-                    kept[m] = (logits[:, pos].clone(), hidden[:, pos].clone(), acc, loss, epoch)
-                best_acc[m], best_loss[m] = max(acc, best_acc[m]), min(loss, best_loss[m])
-                patience[m] = config.patience
-            else:
-                patience[m] -= 1
-                if patience[m] <= 0:
-                    stopped.append(pos)
-        for pos in stopped:
-            finish(active[pos], epoch + 1)
-        if stopped:
-            keep = [pos for pos in range(len(active)) if pos not in stopped]
-            active = [active[pos] for pos in keep]
+            if done[pos]:
+                finish(m)
+        if any(done):
+            keep_positions = [pos for pos in range(len(active)) if not done[pos]]
+            active = [active[pos] for pos in keep_positions]
             if not active:
                 break
-            optimizer = model.keep_models(keep, optimizer)
+            optimizer = model.keep_models(keep_positions, optimizer)
+            cols = torch.tensor(active, device=device)
     for m in active:  # reached max_epochs
-        finish(m, config.max_epochs)
+        finish(m)
     return outputs  # type: ignore[return-value]
