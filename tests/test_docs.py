@@ -133,7 +133,7 @@ def test_the_check_fails_on_a_stale_command():
     with pytest.raises(AssertionError, match="no Makefile target"):
         check_command("make no-such-target")
     with pytest.raises(AssertionError, match="has no option"):
-        check_command("python benchmarks/gat_attention_speed.py --no-such-flag 1")
+        check_command("python benchmarks/speed/gat_attention_speed.py --no-such-flag 1")
 
 
 def test_shell_lines_join_continuations_and_drop_comments(tmp_path):
