@@ -41,6 +41,7 @@ STYLES: dict[str, Style] = {
     "GETS_ap": Style("#ffbb78", "^"),
     "GETS_holdout": Style("#bd9e39", "^"),
     "WATS": Style("#000080", "*"),
+    "AutoCal": Style("#00a087", "p"),
     # SimCalib's variants and ablations
     "SimCalib_decay_all": Style("#ff9896", "d"),
     "SimCalib_l": Style("#843c39", "H"),

@@ -46,7 +46,7 @@ from simcalib.report.tables import sorted_benchmarks
 # The calibrators the group table and figure show: the global baselines, the node-wise ones, SimCalib's ablations.
 GROUP_METHODS = ("UnCal", "TS", "GATS", "SimCalib", "SimCalib_r", "SimCalib_h", "SimCalib_n", "SimCalib_m",
                  "GETS", "WATS")
-FIGURE_METHODS = ("UnCal", "TS", "GATS", "SimCalib", "SimCalib_r", "Dirichlet", "IRM", "GETS", "WATS")
+FIGURE_METHODS = ("UnCal", "TS", "ETS", "GATS", "SimCalib", "SimCalib_r", "Dirichlet", "IRM", "GETS", "WATS")
 LOW_GROUP = group_names()[0]  # h < 0.2
 NODEWISE_METHODS = ("CaGCN", "GATS", "SimCalib", "GETS", "GETS_holdout", "WATS")
 LOW_GROUP_PAIRS = (("SimCalib", "SimCalib_r"), *((m, "TS") for m in NODEWISE_METHODS))

@@ -75,8 +75,9 @@ def summary_blocks(frame: pd.DataFrame, sig) -> list[Block]:
         return [Paragraph("_No benchmark has runs of SimCalib or GATS._")]
     measured = [*SUMMARY_METHODS, "constant_branch"]
     show_constant = frame["constant_branch"].notna().any()
+    papers = [m for m in ("SimCalib", "GATS") if frame[f"paper_{m}"].notna().any()]  # columns without data left out
     header = ["benchmark", "runs", *SUMMARY_METHODS] + (["SimCalib constant branch"] if show_constant else []) + \
-        ["paper SimCalib", "paper GATS", "SimCalib - GATS"]
+        [f"paper {m}" for m in papers] + ["SimCalib - GATS"]
     body = []
     for r in frame.itertuples(index=False):
         values = {m: getattr(r, m) for m in measured}
@@ -91,7 +92,7 @@ def summary_blocks(frame: pd.DataFrame, sig) -> list[Block]:
                       + f", {int(r.wins)}/{int(r.pairs)}, {_p(r.pvalue_holm)}")
         body.append([f"{r.dataset} {r.backbone}", str(r.runs), *(cells[m] for m in SUMMARY_METHODS),
                      *([cells["constant_branch"]] if show_constant else []),
-                     _number(r.paper_SimCalib), _number(r.paper_GATS), paired])
+                     *(_number(getattr(r, f"paper_{m}")) for m in papers), paired])
     blocks: list[Block] = [
         Paragraph("ECE (%), mean over runs (Table 1); the lowest measured mean of each row in **bold**. "
                   + ("'SimCalib constant branch': SimCalib with one feature temperature per run "

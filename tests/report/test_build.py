@@ -23,6 +23,7 @@ def test_report_of_a_partial_study_has_tables_tests_figures_and_theory(synthetic
                  "The paper draws this figure on CoraFull, which has no results here",
                  "the paper's cells of this table are on CoraFull, none of which has results here"):
         assert text in md, text
+    assert "| paper SimCalib | paper GATS |" in md.split("## Contents")[0]  # the summary beside the paper's cells
     html = out.report_html.read_text()
     assert html.count("data:image/png;base64,") == 6  # five study figures (cost included) and the theory figure
     for stem in ("table1_ece", "table1_ece_vs_paper", "table3_ablation_ece", "table4_w_sweep_ece", "metric_kde_ece"):
@@ -161,6 +162,8 @@ def test_a_manifest_entry_with_paper_false_compares_no_table_with_the_paper(tmp_
     assert main(["report", "--every", str(manifest), "--theory-reps", "20", "--paper-dir", str(paper_dir)]) == 0
     md = (out / "report.md").read_text()
     assert "ours vs paper" not in md and "No table of this report is compared with the paper's" in md
+    summary = md.split("## Contents")[0]
+    assert "| benchmark |" in summary and "paper SimCalib" not in summary  # no column without data
 
 
 def test_a_manifest_entry_draws_data_efficiency_from_its_sweep_without_its_rows_entering_the_tables(tmp_path):
