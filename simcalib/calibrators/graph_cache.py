@@ -15,6 +15,8 @@ Usage::
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import weakref
 from collections.abc import Callable, Hashable
 from typing import TypeVar
@@ -23,8 +25,9 @@ from torch import Tensor
 
 T = TypeVar("T")
 
-# id(tensor) -> (weak reference to the tensor, {key: structure})
-_ENTRIES: dict[int, tuple[weakref.ref, dict]] = {}
+# id(tensor) -> (weak reference to the tensor, {key: structure}, the tensor's token)
+_ENTRIES: dict[int, tuple[weakref.ref, dict, int]] = {}
+_tokens = itertools.count()
 _enabled = True  # private switch: False builds every structure afresh (the equality tests compare both)
 
 
@@ -34,22 +37,40 @@ def _drop(ident: int, ref: weakref.ref, entries: dict = _ENTRIES) -> None:
         del entries[ident]
 
 
-def shared(tensor: Tensor, key: Hashable, build: Callable[[], T]) -> T:
-    """``build()``, computed once per (``tensor`` object, ``key``) while ``tensor`` is alive. ``key`` must name
-    everything else the structure depends on (its kind, the node count, options)."""
-    if not _enabled:
-        return build()
+def _entry(tensor: Tensor) -> tuple[weakref.ref, dict, int]:
     ident = id(tensor)
     entry = _ENTRIES.get(ident)
     if entry is None or entry[0]() is not tensor:
         ref = weakref.ref(tensor, lambda r, i=ident, drop=_drop: drop(i, r))
-        entry = _ENTRIES[ident] = (ref, {})
-    structures = entry[1]
+        entry = _ENTRIES[ident] = (ref, {}, next(_tokens))
+    return entry
+
+
+def shared(tensor: Tensor, key: Hashable, build: Callable[[], T]) -> T:
+    """``build()``, computed once per (``tensor`` object, ``key``) while ``tensor`` is alive. ``key`` must name
+    everything else the structure depends on (its kind, the node count, options; another tensor object by
+    its :func:`token`)."""
+    if not _enabled:
+        return build()
+    structures = _entry(tensor)[1]
     if key not in structures:
         structures[key] = build()
     return structures[key]
 
 
+def token(tensor: Tensor) -> int:
+    """A number naming the ``tensor`` object in a :func:`shared` key: never given to another object, even
+    after ``tensor`` is gone (an ``id`` can be)."""
+    return _entry(tensor)[2]
+
+
 def clear() -> None:
     """Forget every cached structure."""
     _ENTRIES.clear()
+
+
+def content_key(tensor: Tensor) -> tuple:
+    """A hashable key of ``tensor``'s values (dtype, shape, a digest of its bytes): for small index tensors
+    (a run's training nodes) that a benchmark rebuilds per fit, as part of a :func:`shared` key."""
+    array = tensor.detach().cpu().contiguous().numpy()
+    return str(tensor.dtype), tuple(tensor.shape), hashlib.blake2b(array.tobytes(), digest_size=16).hexdigest()

@@ -112,3 +112,42 @@ def test_a_changed_parameter_is_never_served_from_the_kept_products():
         fresh = model(graph)
     assert not torch.equal(before, after)
     assert torch.equal(after, fresh)
+
+
+VARIANTS = ["SimCalib", "SimCalib_decay_all", "SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n",
+            "WATS", "GATS"]
+
+
+def per_fit_graph(graph: CalibrationGraph) -> CalibrationGraph:
+    """A fresh CalibrationGraph over the same tensors (its own ``_cache``), as a benchmark builds one per fit;
+    the training nodes a fresh tensor with the same values."""
+    return CalibrationGraph(graph.logits, graph.hidden, graph.edge_index, graph.labels.clone(),
+                            graph.train_idx.clone(), graph.cal_idx.clone(), graph.features)
+
+
+def test_the_variants_share_their_inputs_and_fit_as_with_inputs_built_per_fit(monkeypatch):
+    graph = tiny_graph()
+    graph_cache.clear()
+    fitted = {name: fit(name, per_fit_graph(graph), max_epochs=15, patience=15) for name in VARIANTS}
+    shared = {name: probs for name, (_, probs) in fitted.items()}
+    # the run's parts were built once: one movement graph and one BFS for the same edges and training nodes,
+    # one similarity per distinct option set
+    kinds = [key[0] for _, structures, _ in graph_cache._ENTRIES.values() for key in structures]
+    assert kinds.count("simcalib_movement") == 1 and kinds.count("hops_to_train") == 1
+    options = {(m.feature_input, m.covariance_ridge, m.standardize_similarity) for m, _ in fitted.values()
+               if getattr(m, "feature_gnn", None) is not None}
+    assert kinds.count("simcalib_similarity") == len(options) < len(VARIANTS) - 3
+    monkeypatch.setattr(graph_cache, "_enabled", False)
+    for name in VARIANTS:
+        alone = fit(name, per_fit_graph(graph), max_epochs=15, patience=15)[1]
+        assert torch.equal(shared[name], alone), name
+
+
+def test_other_training_nodes_get_their_own_inputs():
+    graph = tiny_graph()
+    other = CalibrationGraph(graph.logits, graph.hidden, graph.edge_index, graph.labels, graph.cal_idx,
+                             graph.train_idx, graph.features)  # folds swapped: other prototypes, other hops
+    a = fit("SimCalib", graph, max_epochs=5, patience=5)[0]
+    b = fit("SimCalib", other, max_epochs=5, patience=5)[0]
+    assert not torch.equal(a.graph_inputs(graph).messages, b.graph_inputs(other).messages)
+    assert not torch.equal(graph.hops_to_train(), other.hops_to_train())
