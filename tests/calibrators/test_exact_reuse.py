@@ -115,7 +115,7 @@ def test_a_changed_parameter_is_never_served_from_the_kept_products():
 
 
 VARIANTS = ["SimCalib", "SimCalib_decay_all", "SimCalib_l", "SimCalib_m", "SimCalib_h", "SimCalib_r", "SimCalib_n",
-            "WATS", "GATS"]
+            "WATS", "GATS", "CaGCN"]
 
 
 def per_fit_graph(graph: CalibrationGraph) -> CalibrationGraph:
