@@ -29,7 +29,13 @@ def main() -> None:
     parser.add_argument("--run", default="0,0,0", help="split,init,fold")
     parser.add_argument("--calibrators", default="GETS")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--structures", action="store_true",
+                        help="instead: seconds to build each graph structure the cache shares (what every fit "
+                             "after a graph's first saves), and GETS's feature products per epoch")
     args = parser.parse_args()
+    if args.structures:
+        structures(args.dataset, args.run, args.repeats)
+        return
 
     import torch
 
@@ -67,6 +73,54 @@ def main() -> None:
         print(f"{name:14s} without {off:8.2f} s  with {on:8.2f} s  ({off / on:.2f}x)  probabilities bit-equal; "
               f"without {['%.2f' % v for v in seconds[False]]} with {['%.2f' % v for v in seconds[True]]}")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+def structures(dataset: str, run_text: str, repeats: int) -> None:
+    import time
+
+    import torch
+
+    from simcalib.backbones.models import normalized_adjacency
+    from simcalib.backbones.sparse import SparseOperand
+    from simcalib.calibrators.gets import GETS_CONFIGS, expert_adjacency
+    from simcalib.calibrators.layers import SortedEdges, edges_with_self_loops
+    from simcalib.calibrators.wats import wavelet_features
+    from simcalib.experiment.protocol import ProtocolSettings, Run, load_graph, run_split
+    from simcalib.graph import hop_distance
+
+    torch.set_num_threads(1)
+    split, init, fold = (int(v) for v in run_text.split(","))
+    settings = ProtocolSettings()
+    graph = load_graph(dataset, settings)
+    train_idx, _, _ = run_split(Run(dataset, "GCN", split, init, fold), settings, graph).fold_indices(fold)
+    n, edge_index, x = graph.num_nodes, graph.edge_index, graph.x.float()
+    dense = x.layout == torch.strided
+    width = 4 * GETS_CONFIGS.get(dataset, {}).get("feature_dim", 16)  # the four feature experts' W_f
+    weight = torch.randn(x.shape[1], width)
+    adj = expert_adjacency(edge_index, n, False)
+    operand = x if dense else SparseOperand.from_csr(x)
+    product = x @ weight if dense else operand.matmul(weight)
+    cases = {
+        "GETS adjacency (expert_adjacency)": lambda: expert_adjacency(edge_index, n, False),
+        "normalised adjacency (CaGCN, GATS, G_feat)": lambda: normalized_adjacency(edge_index, n),
+        "sorted edges with self-loops (SimCalib)": lambda: SortedEdges(edges_with_self_loops(edge_index, n), n),
+        "hop distances to the training nodes": lambda: hop_distance(edge_index, n, torch.from_numpy(train_idx)),
+        "WATS wavelet features (order 2, heat)": lambda: wavelet_features(edge_index, n, 2, 1.2),
+        f"GETS X W_f, X [{n}, {x.shape[1]}] {'dense' if dense else 'sparse'} x [{x.shape[1]}, {width}]":
+            lambda: x @ weight if dense else operand.matmul(weight),
+        f"GETS A (X W_f), [N, {width}]": lambda: adj.matmul(product),
+    }
+    if not dense:
+        cases["GETS sparse X with its transpose"] = lambda: SparseOperand.from_csr(x)
+    print(f"{dataset}: {n} nodes, {edge_index.shape[1]} directed edges, median of {repeats}, torch threads 1, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    for name, build in cases.items():
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            build()
+            seconds.append(time.perf_counter() - start)
+        print(f"  {name:60s} {1000 * statistics.median(seconds):9.1f} ms")
 
 
 if __name__ == "__main__":
