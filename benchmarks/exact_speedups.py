@@ -71,7 +71,7 @@ def main() -> None:
                 raise SystemExit(f"{name}: the fits with and without the reuses differ")
         off, on = statistics.median(seconds[False]), statistics.median(seconds[True])
         print(f"{name:14s} without {off:8.2f} s  with {on:8.2f} s  ({off / on:.2f}x)  probabilities bit-equal; "
-              f"without {['%.2f' % v for v in seconds[False]]} with {['%.2f' % v for v in seconds[True]]}")
+              f"without {[f'{v:.2f}' for v in seconds[False]]} with {[f'{v:.2f}' for v in seconds[True]]}")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
