@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from simcalib.calibrators import graph_cache
 from simcalib.errors import ConfigError
 from simcalib.graph import hop_distance, in_degree
 
@@ -265,8 +266,10 @@ class CalibrationGraph:
 
     def hops_to_train(self) -> Tensor:
         """Hop distance from every node to the nearest backbone training node, int64 [N] (-1: unreachable)."""
-        if "hops" not in self._cache:
-            self._cache["hops"] = hop_distance(self.edge_index, self.num_nodes, self.train_idx).to(self.device)
+        if "hops" not in self._cache:  # a BFS: shared by every graph over the same edge tensor and training nodes
+            key = ("hops_to_train", self.num_nodes, graph_cache.content_key(self.train_idx), str(self.device))
+            self._cache["hops"] = graph_cache.shared(self.edge_index, key, lambda: hop_distance(
+                self.edge_index, self.num_nodes, self.train_idx).to(self.device))
         return self._cache["hops"]
 
 

@@ -4,6 +4,7 @@ sparse (noisy top-k) gate."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -13,6 +14,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from simcalib.backbones.models import normalized_adjacency
 from simcalib.backbones.sparse import SparseOperand
+from simcalib.calibrators import graph_cache
 from simcalib.calibrators.base import CalibrationGraph, Calibrator
 from simcalib.calibrators.layers import GraphInputsCache, TwoLayerGCN, positive_temperature
 from simcalib.calibrators.simcalib import class_halves
@@ -123,6 +125,7 @@ class GETS(GraphInputsCache, Calibrator):
 
     name = "GETS"
     accuracy_preserving = False  # the class's default (classwise); an instance sets its own
+    _reuse_products = True  # private switch: False recomputes the feature products in every forward
 
     def __init__(self, num_classes: int, hidden: int = 16, dropout: float = 0.5, feature_dim: int = 16,
                  degree_dim: int = 16, top_k: int = 2, balance: float = 1.0, noisy_gating: bool = True,
@@ -158,6 +161,10 @@ class GETS(GraphInputsCache, Calibrator):
         self.degree_keys: list[str] = []  # E^e, "fixed": buffers degree_table_<e>, [max degree + 1, degree_dim]
         self.gate_projection: nn.Linear | None = None  # W_p
         self.balance_loss = torch.zeros(())
+        # feature products kept from the early-stopping forward for the next training forward (``_reused``);
+        # only while ``fit`` runs
+        self._kept_products: dict = {}
+        self._fitting = False
 
     @classmethod
     def benchmark_defaults(cls, dataset: str | None, backbone: str | None) -> dict:
@@ -219,38 +226,80 @@ class GETS(GraphInputsCache, Calibrator):
         if self.features == "hidden":  # Â [z | X^(1) | 1], as one product
             ones = torch.ones(graph.num_nodes, 1, device=graph.device)
             constant = torch.cat([graph.logits, graph.require_hidden(self.name), ones], dim=1)
-            propagated, adj = TwoLayerGCN.propagate_inputs(constant, graph.edge_index, graph.num_nodes) \
-                if self.self_loops else self._propagated(constant, graph)
+            adj = self._adjacency(graph)
+            propagated = adj.matmul(constant)
             k, h = graph.num_classes, graph.hidden.shape[1]
             logits, hidden, ones = propagated[:, :k], propagated[:, k:k + h], propagated[:, k + h:]
             features = None
         else:
             ones = torch.ones(graph.num_nodes, 1, device=graph.device)
-            propagated, adj = self._propagated(torch.cat([graph.logits, ones], dim=1), graph)
+            adj = self._adjacency(graph)
+            propagated = adj.matmul(torch.cat([graph.logits, ones], dim=1))
             logits, ones, hidden = propagated[:, :-1], propagated[:, -1:], None
             x = graph.require_features(self.name)
-            features = SparseOperand.from_csr(x) if x.layout != torch.strided else x
+            # X with its transpose (a sparse X): a function of X alone, built once per feature tensor
+            features = graph_cache.shared(x, ("gets_features", str(x.device)), lambda: SparseOperand.from_csr(x)) \
+                if x.layout != torch.strided else x
         propagated_degree = None
         if self.degree_embedding == "fixed":  # constant: Â E(deg) once
             tables = self.degree_tables()
             propagated_degree = adj.matmul(torch.cat([tables[key][degree] for key in self.degree_keys], dim=1))
         return GETSInputs(logits, ones, degree, adj, features, hidden, propagated_degree)
 
-    def _propagated(self, x: Tensor, graph: CalibrationGraph) -> tuple[Tensor, SparseOperand]:
-        adj = expert_adjacency(graph.edge_index, graph.num_nodes, self.self_loops).to(x.device)
-        return adj.matmul(x), adj
+    def _adjacency(self, graph: CalibrationGraph) -> SparseOperand:
+        """Â of the experts (with its transpose), built once per edge tensor, node count and ``self_loops``."""
+        key = ("gets_adjacency", graph.num_nodes, self.self_loops, str(graph.device))
+        return graph_cache.shared(graph.edge_index, key, lambda: expert_adjacency(
+            graph.edge_index, graph.num_nodes, self.self_loops).to(graph.device))
+
+    def _reused(self, slot: str, inputs: GETSInputs, parameters: list[Tensor], compute) -> Tensor | dict:
+        r"""``compute()``, or the value the last evaluation-mode call computed with the same parameters.
+
+        After each optimiser step the early-stopping forward (evaluation mode, no gradient) computes the
+        feature products with exactly the parameters the next training forward uses, and nothing random
+        enters before them (the gate's noise comes after :math:`X W_p`, dropout after the experts' first
+        layer). That forward records their autograd history (the same operations a training forward
+        records), and the next call with unchanged parameters (same tensors, same in-place version counters)
+        takes the stored value: the training forward then backpropagates through the same operations on the
+        same tensors, so the gradients are bit for bit those of a recomputation. A value is taken by at most
+        one training forward (its backward frees the history)."""
+        key = (inputs, tuple((p, p._version) for p in parameters))
+        kept = self._kept_products.get(slot)
+        if self._reuse_products and kept is not None and self._same_key(kept[0], key):
+            if self.training:
+                del self._kept_products[slot]
+            return kept[1]
+        keep = (self._reuse_products and self._fitting and not self.training
+                and not torch.is_inference_mode_enabled())
+        with torch.enable_grad() if keep else contextlib.nullcontext():
+            value = compute()
+        if keep:
+            self._kept_products[slot] = (key, value)
+        else:
+            self._kept_products.pop(slot, None)
+        return value
+
+    @staticmethod
+    def _same_key(a: tuple, b: tuple) -> bool:
+        return a[0] is b[0] and len(a[1]) == len(b[1]) and all(
+            p is q and v == w for (p, v), (q, w) in zip(a[1], b[1]))
 
     def projected_features(self, graph: CalibrationGraph, inputs: GETSInputs) -> dict[str, Tensor]:
         r""":math:`\hat A (X W_f^e + 1 b_f^e)` [N, feature_dim] per feature expert."""
         keys = list(self.feature_projections)
         projections = [self.feature_projections[key] for key in keys]
-        if self.features == "hidden":  # (Â X^(1)) W + (Â 1) b^T
-            return {key: inputs.propagated_features @ p.weight.T + inputs.propagated_ones * p.bias
-                    for key, p in zip(keys, projections)}
-        weight = torch.cat([p.weight for p in projections], dim=0).T  # [F, experts * feature_dim]
-        propagated = inputs.adj.matmul(_times(inputs.features, weight))  # Â X W
-        parts = propagated.split(self.feature_dim, dim=1)
-        return {key: part + inputs.propagated_ones * p.bias for key, part, p in zip(keys, parts, projections)}
+
+        def compute() -> dict[str, Tensor]:
+            if self.features == "hidden":  # (Â X^(1)) W + (Â 1) b^T
+                return {key: inputs.propagated_features @ p.weight.T + inputs.propagated_ones * p.bias
+                        for key, p in zip(keys, projections)}
+            weight = torch.cat([p.weight for p in projections], dim=0).T  # [F, experts * feature_dim]
+            propagated = inputs.adj.matmul(_times(inputs.features, weight))  # Â X W
+            parts = propagated.split(self.feature_dim, dim=1)
+            return {key: part + inputs.propagated_ones * p.bias for key, part, p in zip(keys, parts, projections)}
+
+        parameters = [t for p in projections for t in (p.weight, p.bias)]
+        return self._reused("features", inputs, parameters, compute)
 
     def expert_outputs(self, graph: CalibrationGraph) -> Tensor:
         """o [N, E, C]: every expert's output before the gate (C = K classwise, 1 temperature).
@@ -285,10 +334,14 @@ class GETS(GraphInputsCache, Calibrator):
 
     def gates(self, graph: CalibrationGraph) -> tuple[Tensor, Tensor]:
         """(G [N, E], rows with k non-zero entries summing to 1; the load-balancing loss)."""
-        if self.features == "raw":  # X W_p + b_p, X sparse or dense
-            projected = _times(self.graph_inputs(graph).features, self.gate_projection.weight.T) + self.gate_projection.bias
-        else:
-            projected = self.gate_projection(graph.hidden)
+        inputs, projection = self.graph_inputs(graph), self.gate_projection
+
+        def compute() -> Tensor:
+            if self.features == "raw":  # X W_p + b_p, X sparse or dense
+                return _times(inputs.features, projection.weight.T) + projection.bias
+            return projection(graph.hidden)
+
+        projected = self._reused("gate", inputs, [projection.weight, projection.bias], compute)
         gate_input = torch.cat([graph.logits, projected], dim=1)  # [N, K + feature_dim]
         clean = gate_input @ self.gate_weight  # [N, E]
         experts, k = clean.shape[1], self.top_k
@@ -341,6 +394,10 @@ class GETS(GraphInputsCache, Calibrator):
             fit_idx, stop_idx = class_halves(fit_idx, graph.labels[fit_idx], seed)
         self.to(graph.device)
         self.prepare(graph)
-        self.fit_info = fit_nll(self, graph, fit_idx, stop_idx, penalty=lambda: self.balance_loss)
+        self._fitting, self._kept_products = True, {}
+        try:
+            self.fit_info = fit_nll(self, graph, fit_idx, stop_idx, penalty=lambda: self.balance_loss)
+        finally:
+            self._fitting, self._kept_products = False, {}
         self.eval()
         return self

@@ -19,6 +19,7 @@ from torch_geometric.utils import softmax as edge_softmax
 
 from simcalib.backbones.models import glorot_, normalized_adjacency
 from simcalib.backbones.sparse import SparseOperand
+from simcalib.calibrators import graph_cache
 from simcalib.errors import ConfigError
 
 MIN_TEMPERATURE = 1e-3  # floor on every temperature, as TS: keeps z / T finite
@@ -181,8 +182,10 @@ class TwoLayerGCN(nn.Module):
 
     @staticmethod
     def propagate_inputs(x: Tensor, edge_index: Tensor, num_nodes: int) -> tuple[Tensor, SparseOperand]:
-        r"""(:math:`\hat A x` [N, C], :math:`\hat A`) for constant inputs ``x`` [N, C]."""
-        adj = normalized_adjacency(edge_index, num_nodes).to(x.device)
+        r"""(:math:`\hat A x` [N, C], :math:`\hat A`) for constant inputs ``x`` [N, C]; :math:`\hat A` built once
+        per edge tensor (:mod:`~simcalib.calibrators.graph_cache`) and shared by every calibrator on the graph."""
+        key = ("normalized_adjacency", num_nodes, str(x.device))
+        adj = graph_cache.shared(edge_index, key, lambda: normalized_adjacency(edge_index, num_nodes).to(x.device))
         return adj.matmul(x), adj
 
     def output_bias(self) -> Tensor:

@@ -73,6 +73,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from simcalib.backbones.models import glorot_
+from simcalib.calibrators import graph_cache
 from simcalib.calibrators.base import CalibrationGraph, Calibrator
 from simcalib.calibrators.defaults import default_weight_decay
 from simcalib.calibrators.layers import (
@@ -239,26 +240,49 @@ class SimCalib(GraphInputsCache, Calibrator):
 
     # ---------------------------------------------------------------------------------------------- inputs
     def compute_inputs(self, graph: CalibrationGraph) -> SimCalibInputs:
+        """The constant inputs. Each part is a deterministic function of the run's tensors and the options it
+        names, built once per run and shared by every SimCalib variant fitted on it
+        (:mod:`~simcalib.calibrators.graph_cache`: keyed on the tensor objects a benchmark passes to every
+        fit, the training nodes and their labels by value)."""
+        device = str(graph.device)
+        labelled = (graph_cache.content_key(graph.train_idx), graph_cache.content_key(graph.labels[graph.train_idx]))
         feature = None
         if self.feature_gnn is not None:
-            if self.feature_input == "logits":  # ablation l
-                s = graph.logits
-            else:
-                distances = mahalanobis_to_prototypes(graph.require_hidden(self.name), graph.labels, graph.train_idx, self.num_classes,
-                                                      self.covariance_ridge)
-                s = normalized_similarity(distances).to(graph.device)  # [N, K]
-            if self.standardize_similarity:  # each coordinate to mean 0, std 1 over all nodes (no label read)
-                s = (s - s.mean(dim=0)) / s.std(dim=0).clamp(min=1e-6)
-            feature = self.feature_gnn.prepare(s, graph.edge_index, graph.num_nodes)
+            def similarity() -> Tensor:
+                if self.feature_input == "logits":  # ablation l
+                    s = graph.logits
+                else:
+                    distances = mahalanobis_to_prototypes(graph.require_hidden(self.name), graph.labels, graph.train_idx,
+                                                          self.num_classes, self.covariance_ridge)
+                    s = normalized_similarity(distances).to(graph.device)  # [N, K]
+                if self.standardize_similarity:  # each coordinate to mean 0, std 1 over all nodes (no label read)
+                    s = (s - s.mean(dim=0)) / s.std(dim=0).clamp(min=1e-6)
+                return s
+
+            source = graph.logits if self.feature_input == "logits" else graph.require_hidden(self.name)
+            s = graph_cache.shared(source, ("simcalib_similarity", self.feature_input, self.covariance_ridge,
+                                            self.standardize_similarity, labelled, device), similarity)
+            kind = type(self.feature_gnn).__name__
+            feature = graph_cache.shared(s, ("simcalib_feature_inputs", kind, graph.num_nodes,
+                                             graph_cache.token(graph.edge_index)), lambda: self.feature_gnn.prepare(
+                                                 s, graph.edge_index, graph.num_nodes))
         messages = None
         if self.movement_weight is not None:  # no trainable part: the messages are constants, one set per t
-            edge_index = edges_with_self_loops(graph.edge_index, graph.num_nodes, self.self_loops).to(graph.device)
-            edges = SortedEdges(edge_index, graph.num_nodes)
-            movement_graph = MovementGraph(edges, logit_products(graph.logits, edges),  # raw z in the homophily term
-                                           minmax_rows(graph.logits).sort(dim=1).values,  # the paper's z~
-                                           graph.degree(), graph.hops_to_train())
+            def sorted_edges() -> SortedEdges:
+                edge_index = edges_with_self_loops(graph.edge_index, graph.num_nodes, self.self_loops).to(graph.device)
+                return SortedEdges(edge_index, graph.num_nodes)
+
+            edges = graph_cache.shared(graph.edge_index, ("sorted_edges", graph.num_nodes, self.self_loops, device),
+                                       sorted_edges)
+            run = ("simcalib_movement", graph_cache.token(graph.edge_index), graph.num_nodes, self.self_loops, labelled, device)
+            movement_graph = graph_cache.shared(graph.logits, run, lambda: MovementGraph(
+                edges, logit_products(graph.logits, edges),  # raw z in the homophily term
+                minmax_rows(graph.logits).sort(dim=1).values,  # the paper's z~
+                graph.degree(), graph.hops_to_train()))
             eta = eta_from_hops(movement_graph.hops, self.eta_offset, self.unreachable_hops)  # [N]
-            per_t = {t: self._messages(movement_graph, eta, t) for t in self.t_grid}
+            options = (self.eta_offset, self.unreachable_hops, self.negative_slope, self.homophily)
+            per_t = {t: graph_cache.shared(graph.logits, ("simcalib_messages", *run[1:], *options, t),
+                                           lambda t=t: self._messages(movement_graph, eta, t)) for t in self.t_grid}
             messages = torch.stack([per_t[t] for _, t in self.points])  # [P, N, K]
         return SimCalibInputs(feature, messages)
 

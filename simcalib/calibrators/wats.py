@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from scipy.special import ive
 from torch import Tensor, nn
 
+from simcalib.calibrators import graph_cache
 from simcalib.calibrators.base import CalibrationGraph, TemperatureCalibrator
 from simcalib.errors import ConfigError
 
@@ -141,12 +142,13 @@ class WATS(TemperatureCalibrator):
         return {"hidden": hidden, "dropout": dropout, "degree_self_loop": self_loop}
 
     def features(self, graph: CalibrationGraph) -> Tensor:
-        """f [N, K + 1], computed once per graph and option set (shared by WATS models on the same graph)."""
-        key = ("wats_features", self.order, self.scale, self.kernel, self.degree_self_loop)
-        if key not in graph._cache:
-            graph._cache[key] = wavelet_features(graph.edge_index, graph.num_nodes, self.order, self.scale,
-                                                 self.kernel, self.degree_self_loop).to(graph.device)
-        return graph._cache[key]
+        """f [N, K + 1], computed once per edge tensor and option set (shared by every WATS model fitted on
+        the graph's edges: every run of a benchmark, :mod:`~simcalib.calibrators.graph_cache`)."""
+        key = ("wats_features", graph.num_nodes, self.order, self.scale, self.kernel, self.degree_self_loop,
+               str(graph.device))
+        return graph_cache.shared(graph.edge_index, key, lambda: wavelet_features(
+            graph.edge_index, graph.num_nodes, self.order, self.scale, self.kernel,
+            self.degree_self_loop).to(graph.device))
 
     def prepare(self, graph: CalibrationGraph) -> None:
         self.features(graph)
