@@ -32,21 +32,11 @@ import pandas as pd
 from simcalib.errors import ConfigError
 from simcalib.experiment.plan import BenchmarkPlan
 from simcalib.experiment.protocol import Run
-from simcalib.store.integrity import CALIBRATOR_DIGEST_COLUMN
+from simcalib.store.integrity import CALIBRATOR_DIGEST_COLUMN, comparable_rate, is_known
 from simcalib.store.results_store import read_results, rewrite_results
 
 RESULTS = "results.csv"
 
-
-def _rate(value) -> float:
-    try:
-        return round(float(value), 6)
-    except (TypeError, ValueError):
-        return float("nan")
-
-
-def _known(value) -> bool:
-    return value is not None and not (isinstance(value, float) and np.isnan(value)) and str(value) not in ("", "nan")
 
 
 def run_label(run: Run) -> str:
@@ -104,13 +94,13 @@ class BenchmarkLedger:
         run = Run(row["dataset"], row["backbone"], int(row["split"]), int(row["init"]), int(row["fold"]))
         digest = row.get("backbone_digest")
         known = self.backbones.get(run, set())
-        if _known(digest) and known and str(digest) not in known:
+        if is_known(digest) and known and str(digest) not in known:
             raise BackboneMismatchError(
                 f"{self.plan.name} {run_label(run)}: {row['calibrator']} was computed on backbone {digest}, the "
                 f"run's rows in {self.results} on {', '.join(sorted(known))} (trained on another machine or CPU "
                 f"model); a run's rows share one backbone, so it is not added. To compute the whole run here: "
                 f"{forget_command(self.plan, run)}, then run the same command again")
-        if _known(digest):
+        if is_known(digest):
             self.backbones.setdefault(run, set()).add(str(digest))
 
     def accept(self, rows: Sequence[dict]) -> list[dict]:
@@ -154,7 +144,7 @@ class BenchmarkLedger:
 
 
 def _planned_keys(plan: BenchmarkPlan) -> dict[tuple, Run]:
-    rate = _rate(plan.settings.label_rate)
+    rate = comparable_rate(plan.settings.label_rate)
     return {(run.split, run.init, run.fold, seed, rate): run for run, seed in zip(plan.runs, plan.seeds)}
 
 
@@ -172,19 +162,19 @@ def ledger_of(plan: BenchmarkPlan, frame: pd.DataFrame) -> BenchmarkLedger:
         for row in ours.to_dict("records"):
             try:
                 key = (int(row["split"]), int(row["init"]), int(row["fold"]), int(row["seed"]),
-                       _rate(row["label_rate"]))
+                       comparable_rate(row["label_rate"]))
             except (TypeError, ValueError):
                 continue
             run = planned.get(key)
             if run is None:
                 continue
-            if _known(row.get("backbone_digest")):
+            if is_known(row.get("backbone_digest")):
                 backbones.setdefault(run, set()).add(str(row["backbone_digest"]))
             name = row["calibrator"]
             if name not in digests:
                 continue  # a calibrator the plan does not run (a sweep by another command): kept, not counted
             digest = row.get(CALIBRATOR_DIGEST_COLUMN) if has_digest else None
-            if _known(digest) and str(digest) != digests[name]:
+            if is_known(digest) and str(digest) != digests[name]:
                 superseded[name] = superseded.get(name, 0) + 1
                 continue
             done.setdefault(run, set()).add(name)
@@ -209,12 +199,12 @@ def drop_superseded(ledger: BenchmarkLedger) -> int:
 
     def stale(row) -> bool:
         try:
-            key = (int(row["split"]), int(row["init"]), int(row["fold"]), int(row["seed"]), _rate(row["label_rate"]))
+            key = (int(row["split"]), int(row["init"]), int(row["fold"]), int(row["seed"]), comparable_rate(row["label_rate"]))
         except (TypeError, ValueError):
             return False
         digest = row.get(CALIBRATOR_DIGEST_COLUMN)
         return (row["dataset"] == ledger.plan.dataset and row["backbone"] == ledger.plan.backbone
-                and key in planned and row["calibrator"] in digests and _known(digest)
+                and key in planned and row["calibrator"] in digests and is_known(digest)
                 and str(digest) != digests[row["calibrator"]])
 
     mask = np.array([stale(row) for row in frame.to_dict("records")], dtype=bool)
@@ -253,11 +243,11 @@ def order_rows(plan: BenchmarkPlan) -> None:
         return
     runs = {(r.split, r.init, r.fold): i for i, r in enumerate(plan.runs)}
     names = {c: i for i, c in enumerate(plan.calibrator_names)}
-    rate = _rate(plan.settings.label_rate)
+    rate = comparable_rate(plan.settings.label_rate)
     keys = []
     for position, row in enumerate(frame.to_dict("records")):
         ours = (row["dataset"] == plan.dataset and row["backbone"] == plan.backbone and row["calibrator"] in names
-                and _rate(row["label_rate"]) == rate)
+                and comparable_rate(row["label_rate"]) == rate)
         run = runs.get((int(row["split"]), int(row["init"]), int(row["fold"]))) if ours else None
         keys.append((0, run, names[row["calibrator"]]) if run is not None else (1, position, 0))
     order = sorted(range(len(keys)), key=keys.__getitem__)

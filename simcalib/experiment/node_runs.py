@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from simcalib.backbones import BackboneCache, BackboneOutput, cache_key, resolve_device, train_backbone
+from simcalib.backbones import BackboneOutput, resolve_device
 from simcalib.calibrators import (
     CalibrationGraph,
     build_calibrator,
@@ -43,8 +43,7 @@ from simcalib.errors import TrainingDivergedError
 from simcalib.experiment.protocol import (
     ProtocolSettings,
     Run,
-    _cache_dataset,
-    backbone_config,
+    cached_backbone,
     load_graph,
     run_split,
     train_run_backbone,
@@ -84,17 +83,8 @@ def train_shift_backbone(run: Run, settings: ProtocolSettings, split: ShiftSplit
     """The backbone of ``run`` on the shift split's folds (cached on disk under their node indices)."""
     graph = load_graph(run.dataset, settings)
     train_idx, cal_idx, _, _ = split.fold_indices(run.fold)
-    config = backbone_config(run, settings)
     seed = derive_seed(run.seed(settings), "shift", split.property, split.id_fraction)
-    cache = BackboneCache(settings.cache_dir)
-    key = cache_key(_cache_dataset(run.dataset, graph), config, run.split, run.init, run.fold, seed,
-                    torch.from_numpy(train_idx), torch.from_numpy(cal_idx), device=resolve_device(settings.device))
-    output = cache.load(run.dataset, run.backbone, key)
-    if output is None:
-        output = train_backbone(graph, torch.from_numpy(train_idx), torch.from_numpy(cal_idx), config, seed,
-                                settings.device)
-        cache.save(run.dataset, run.backbone, key, output)
-    return output
+    return cached_backbone(run, settings, graph, train_idx, cal_idx, seed)
 
 
 def _identity(run: Run, settings: ProtocolSettings, name: str) -> dict:

@@ -266,14 +266,19 @@ def train_run_backbone(run: Run, settings: ProtocolSettings) -> BackboneOutput:
         return train_split_backbones([run], settings)[0]
     graph = load_graph(run.dataset, settings)
     train_idx, cal_idx, _ = run_split(run, settings, graph).fold_indices(run.fold)
+    return cached_backbone(run, settings, graph, train_idx, cal_idx, run.seed(settings))
+
+
+def cached_backbone(run: Run, settings: ProtocolSettings, graph, train_idx, cal_idx, seed: int) -> BackboneOutput:
+    """``run``'s backbone trained on ``train_idx`` and early-stopped on ``cal_idx`` from ``seed``: from the on-disk
+    cache (keyed by these node indices and the seed), or trained now and cached."""
     config = backbone_config(run, settings)
-    seed = run.seed(settings)
     cache = BackboneCache(settings.cache_dir)
-    key = cache_key(_cache_dataset(run.dataset, graph), config, run.split, run.init, run.fold, seed, train_idx,
-                    cal_idx, device=resolve_device(settings.device))
+    key = cache_key(_cache_dataset(run.dataset, graph), config, run.split, run.init, run.fold, seed,
+                    torch.as_tensor(train_idx), torch.as_tensor(cal_idx), device=resolve_device(settings.device))
     output = cache.load(run.dataset, run.backbone, key)
     if output is None:
-        output = train_backbone(graph, torch.from_numpy(train_idx), torch.from_numpy(cal_idx), config, seed,
+        output = train_backbone(graph, torch.as_tensor(train_idx), torch.as_tensor(cal_idx), config, seed,
                                 settings.device)
         cache.save(run.dataset, run.backbone, key, output)
     return output

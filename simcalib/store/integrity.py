@@ -69,7 +69,7 @@ class ResultsWriteError(SimCalibError):
 # Run definitions
 
 
-def _rate(value) -> float:
+def comparable_rate(value) -> float:
     """A label rate as a comparable number (written with 10 significant digits; NaN when unknown)."""
     try:
         return round(float(value), 6)
@@ -77,13 +77,13 @@ def _rate(value) -> float:
         return float("nan")
 
 
-def _known(value) -> bool:
+def is_known(value) -> bool:
     return value is not None and not (isinstance(value, float) and np.isnan(value)) and str(value) not in ("", "nan")
 
 
 def _run_tag(row) -> str:
     return (f"{row['dataset']} {row['backbone']} s{int(row['split'])} i{int(row['init'])} f{int(row['fold'])} "
-            f"(label rate {_rate(row['label_rate']):g})")
+            f"(label rate {comparable_rate(row['label_rate']):g})")
 
 
 def check_append(existing: pd.DataFrame, planned: Sequence[dict], path: Path, remedy: str,
@@ -99,7 +99,7 @@ def check_append(existing: pd.DataFrame, planned: Sequence[dict], path: Path, re
     check_calibrator_definitions(existing, definitions or {}, path)
     splits, data, seeds, benchmarks = {}, {}, {}, {}
     for run in planned:
-        rate = _rate(run["label_rate"])
+        rate = comparable_rate(run["label_rate"])
         splits[(run["dataset"], int(run["split"]), rate)] = run
         data[run["dataset"]] = run
         benchmarks[(run["dataset"], run["backbone"])] = run
@@ -108,25 +108,25 @@ def check_append(existing: pd.DataFrame, planned: Sequence[dict], path: Path, re
     columns = set(existing.columns)
     for row in existing.to_dict("records"):
         try:
-            rate = _rate(row.get("label_rate"))
+            rate = comparable_rate(row.get("label_rate"))
             split = int(row["split"])
         except (TypeError, ValueError):
             continue
         ours = splits.get((row["dataset"], split, rate))
-        if ours is not None and "split_digest" in columns and _known(row.get("split_digest")) \
+        if ours is not None and "split_digest" in columns and is_known(row.get("split_digest")) \
                 and str(row["split_digest"]) != ours["split_digest"]:
             conflicts.append(f"{_run_tag(row)} was computed on another split (split_digest {row['split_digest']}, "
-                             f"{row.get('split_source') if _known(row.get('split_source')) else 'source unknown'}) "
+                             f"{row.get('split_source') if is_known(row.get('split_source')) else 'source unknown'}) "
                              f"than this one ({ours['split_digest']}, {ours['split_source']})")
             continue
         ours = data.get(row["dataset"])
-        if ours is not None and "data_digest" in columns and _known(row.get("data_digest")) \
+        if ours is not None and "data_digest" in columns and is_known(row.get("data_digest")) \
                 and str(row["data_digest"]) != ours["data_digest"]:
             conflicts.append(f"{_run_tag(row)} was computed on another processed graph of {row['dataset']} "
                              f"(data_digest {row['data_digest']}, here {ours['data_digest']})")
             continue
         ours = benchmarks.get((row["dataset"], row["backbone"]))
-        if ours is not None and _known(row.get(BACKBONE_OPTIONS_COLUMN)) and BACKBONE_OPTIONS_COLUMN in ours \
+        if ours is not None and is_known(row.get(BACKBONE_OPTIONS_COLUMN)) and BACKBONE_OPTIONS_COLUMN in ours \
                 and str(row[BACKBONE_OPTIONS_COLUMN]) != ours[BACKBONE_OPTIONS_COLUMN]:
             conflicts.append(f"{_run_tag(row)} was computed on a backbone trained under other settings "
                              f"(backbone_options {row[BACKBONE_OPTIONS_COLUMN]}, here {ours[BACKBONE_OPTIONS_COLUMN]})")
@@ -135,7 +135,7 @@ def check_append(existing: pd.DataFrame, planned: Sequence[dict], path: Path, re
             ours = seeds.get((row["dataset"], row["backbone"], split, int(row["init"]), int(row["fold"]), rate))
         except (TypeError, ValueError):
             continue
-        if ours is not None and _known(row.get("seed")) and int(row["seed"]) != int(ours["seed"]):
+        if ours is not None and is_known(row.get("seed")) and int(row["seed"]) != int(ours["seed"]):
             conflicts.append(f"{_run_tag(row)} was computed under another seed ({int(row['seed'])}, here "
                              f"{int(ours['seed'])}: another --seed)")
     if conflicts:
@@ -152,7 +152,7 @@ def check_calibrator_definitions(existing: pd.DataFrame, definitions: dict[tuple
     for row in existing.to_dict("records"):
         key = (row["dataset"], row["backbone"], row["calibrator"])
         ours = definitions.get(key)
-        if ours is not None and _known(row.get(CALIBRATOR_DIGEST_COLUMN)) and str(row[CALIBRATOR_DIGEST_COLUMN]) != ours:
+        if ours is not None and is_known(row.get(CALIBRATOR_DIGEST_COLUMN)) and str(row[CALIBRATOR_DIGEST_COLUMN]) != ours:
             raise ConfigError(
                 f"{path}: refusing to add runs: its {' '.join(key[:2])} rows of {key[2]} were computed under another "
                 f"definition of {key[2]} (calibrator_digest {row[CALIBRATOR_DIGEST_COLUMN]}, here {ours}; their "
@@ -166,7 +166,7 @@ def check_calibrator_definitions(existing: pd.DataFrame, definitions: dict[tuple
 
 def _keys_text(frame: pd.DataFrame, limit: int = 6) -> str:
     tags = [f"{r['dataset']}/{r['backbone']}/{r['calibrator']} s{r['split']} i{r['init']} f{r['fold']} "
-            f"L={_rate(r['label_rate']):g}" for r in frame.drop_duplicates(subset=RUN_KEY).to_dict("records")]
+            f"L={comparable_rate(r['label_rate']):g}" for r in frame.drop_duplicates(subset=RUN_KEY).to_dict("records")]
     return ", ".join(tags[:limit]) + (f" ... ({len(tags)} keys)" if len(tags) > limit else "")
 
 
@@ -177,7 +177,7 @@ def check_results(frame: pd.DataFrame, where: str, dedupe: bool = False,
     rows that repeat a key and agree in every column but ``ignore`` is kept (other repeats still refuse)."""
     if frame.empty or not set(RUN_KEY[:-1]) <= set(frame.columns):
         return frame
-    keyed = frame.assign(label_rate=[_rate(v) for v in frame["label_rate"]] if "label_rate" in frame
+    keyed = frame.assign(label_rate=[comparable_rate(v) for v in frame["label_rate"]] if "label_rate" in frame
                          else float("nan"))
     keyed["label_rate"] = keyed["label_rate"].fillna(-1.0)
     repeated = keyed.duplicated(subset=RUN_KEY, keep=False)
@@ -203,7 +203,7 @@ def check_results(frame: pd.DataFrame, where: str, dedupe: bool = False,
                                       "calibrator", CALIBRATOR_OPTIONS_COLUMN)):
         if column not in keyed.columns:
             continue
-        known = keyed[[_known(v) for v in keyed[column]]]
+        known = keyed[[is_known(v) for v in keyed[column]]]
         if known.empty:
             continue
         counts = known.groupby(group)[column].nunique()
