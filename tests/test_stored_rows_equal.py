@@ -1,4 +1,4 @@
-"""benchmarks/stored_rows_equal.py: rows equal to every stored digit but fit_seconds, or not."""
+"""benchmarks/speed/stored_rows_equal.py: rows equal to every stored digit but fit_seconds, or not."""
 
 import sys
 
@@ -6,7 +6,7 @@ import pandas as pd
 from benchmark_scripts import load_script
 from shared_paths import PROJECT_ROOT
 
-script = load_script(PROJECT_ROOT / "benchmarks" / "stored_rows_equal.py")
+script = load_script(PROJECT_ROOT / "benchmarks" / "speed" / "stored_rows_equal.py")
 
 
 def write(folder, **changes):

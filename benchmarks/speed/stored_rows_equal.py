@@ -1,7 +1,7 @@
 """Are two sets of benchmark rows equal to every stored digit? Each column but ``fit_seconds`` compared as the
 string results.csv stores, rows paired by (calibrator, split, init, fold).
 
-usage: python benchmarks/stored_rows_equal.py BEFORE_DIR AFTER_DIR
+usage: python benchmarks/speed/stored_rows_equal.py BEFORE_DIR AFTER_DIR
 
 BEFORE_DIR and AFTER_DIR hold one ``<Dataset>_<Backbone>/results.csv`` per benchmark (``simcalib benchmark
 --out``). Printed per benchmark found in both: the row counts, the columns compared, the columns that differ,

@@ -7,7 +7,7 @@ calibrator with the reuses off and on (alternating which goes first), checks tha
 probabilities on every node, and prints the fit seconds and their medians. One warm-up fit per calibrator first
 (untimed): it fills the graph cache, whose cost a benchmark pays once per graph and process.
 
-    SIMCALIB_CACHE_DIR=/tmp/backbones python benchmarks/exact_speedups.py --dataset Cora --backbone GCN \\
+    SIMCALIB_CACHE_DIR=/tmp/backbones python benchmarks/speed/exact_speedups.py --dataset Cora --backbone GCN \\
         --calibrators GETS,GETS_ap --repeats 3
 
 The backbone is trained (or taken from the backbone cache, $SIMCALIB_CACHE_DIR) first, in this process.
