@@ -23,9 +23,10 @@ from collections.abc import Iterator
 
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
-from .temporary_server import start_temporary_server
 from simcalib.errors import ConfigError
 from simcalib.experiment.study import TaskRunnerSpec
+
+from .temporary_server import start_temporary_server
 
 KINDS = ("threads", "processes", "dask")
 

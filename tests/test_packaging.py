@@ -154,7 +154,6 @@ def test_the_wheel_installs_no_generic_top_level_package(wheel):
         names = archive.namelist()
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top == {"simcalib", "simcalib_flows"}
-    assert "simcalib_flows/fingerprint_equivalences.yaml" in names
     assert "simcalib_flows/study.py" in names and "simcalib/data/pinned_sha256.json" in names
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from simcalib.calibrators import graph_cache
+import simcalib.calibrators.graph_cache as graph_cache
 from simcalib.errors import ConfigError
 from simcalib.graph import hop_distance, in_degree
 

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
+import simcalib.calibrators.graph_cache as graph_cache
 from simcalib.backbones.models import normalized_adjacency
 from simcalib.backbones.sparse import SparseOperand
-from simcalib.calibrators import graph_cache
 from simcalib.calibrators.base import CalibrationGraph, Calibrator
 from simcalib.calibrators.layers import GraphInputsCache, TwoLayerGCN, positive_temperature
 from simcalib.calibrators.simcalib import class_halves

@@ -17,9 +17,9 @@ from torch_geometric.nn import GATConv
 from torch_geometric.utils import add_self_loops, remove_self_loops
 from torch_geometric.utils import softmax as edge_softmax
 
+import simcalib.calibrators.graph_cache as graph_cache
 from simcalib.backbones.models import glorot_, normalized_adjacency
 from simcalib.backbones.sparse import SparseOperand
-from simcalib.calibrators import graph_cache
 from simcalib.errors import ConfigError
 
 MIN_TEMPERATURE = 1e-3  # floor on every temperature, as TS: keeps z / T finite

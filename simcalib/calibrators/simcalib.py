@@ -72,8 +72,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+import simcalib.calibrators.graph_cache as graph_cache
 from simcalib.backbones.models import glorot_
-from simcalib.calibrators import graph_cache
 from simcalib.calibrators.base import CalibrationGraph, Calibrator
 from simcalib.calibrators.defaults import default_weight_decay
 from simcalib.calibrators.layers import (

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from scipy.special import ive
 from torch import Tensor, nn
 
-from simcalib.calibrators import graph_cache
+import simcalib.calibrators.graph_cache as graph_cache
 from simcalib.calibrators.base import CalibrationGraph, TemperatureCalibrator
 from simcalib.errors import ConfigError
 

@@ -130,8 +130,10 @@ def test_the_committed_results_are_read_by_the_ledger_as_they_are(capsys, study,
                  str(PROJECT_ROOT / output)]) == 0
     lines = [line.strip() for line in capsys.readouterr().out.splitlines() if line.startswith("    ") and ": " in line
              and "-" in line.split(":")[0] and not line.startswith("     ")]
-    progress = {line.split(":")[0]: line for line in lines if "runs" in line}
-    assert len(progress) == (12 if study == "offline" else 10)
+    progress = {line.split(":")[0]: line for line in lines if "runs" in line or "nothing done" in line}
+    assert len(progress) == (14 if study == "offline" else 10)
+    # Pubmed GCN and GAT: the study's benchmarks whose pass is under way (reports/offline/provenance.yaml, pubmed_pass)
+    progress = {name: line for name, line in progress.items() if not name.startswith("Pubmed-")}
     for name, line in progress.items():
         if name in incomplete:
             assert line.startswith(f"{name}: 15 of 75 runs complete, calibrations 315 of 1575"), line

@@ -36,9 +36,9 @@ def test_mirror_files_are_copied_verified_and_loaded(tmp_path, mirror_dir):
 
 def test_missing_dataset_names_files_and_mirror_setting(tmp_path, mirror_dir):
     with pytest.raises(DataMissingError) as info:
-        load_dataset("Pubmed", root=tmp_path, mirror=mirror_dir, download=False)
+        load_dataset("CoraFull", root=tmp_path, mirror=mirror_dir, download=False)  # a graph the mirror lacks
     message = str(info.value)
-    assert "Pubmed" in message and "ind.pubmed.x" in message and "SIMCALIB_DATA_MIRROR" in message
+    assert "CoraFull" in message and "cora.npz" in message and "SIMCALIB_DATA_MIRROR" in message
 
 
 def _copy_mirror(mirror_dir, tmp_path, folder):
