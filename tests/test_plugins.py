@@ -13,6 +13,7 @@ from torch_geometric.data import Data
 from simcalib.calibrators import (
     CALIBRATORS,
     calibrator_definition,
+    calibrator_entry,
     calibrator_seed_name,
     canonical_calibrator,
 )
@@ -111,29 +112,52 @@ def fake_distribution(plugin_module, tmp_path, monkeypatch):
     return info
 
 
-def test_an_entry_point_calibrator_is_registered_with_its_package_and_version(fake_distribution):
-    name = canonical_calibrator("halfts")  # entry-point names match case-insensitively
-    assert name == "HalfTS" and CALIBRATORS[name].cls.__module__ == "plugin_mod"
-    options = calibrator_definition(name, "Cora", "GCN", scale=2.0).options
+def test_an_entry_point_calibrator_is_found_with_its_package_and_version_and_registered_nowhere(fake_distribution):
+    before = dict(CALIBRATORS)
+    entry = calibrator_entry("halfts")  # entry-point names match case-insensitively
+    assert entry.name == canonical_calibrator("halfts") == "HalfTS" and entry.cls.__module__ == "plugin_mod"
+    assert CALIBRATORS == before, "looking a name up registers nothing"
+    options = calibrator_definition("HalfTS", "Cora", "GCN", scale=2.0).options
     assert options["package"] == "plugin-dist" and options["version"] == "1.2.3"
     assert options["entry"] == "plugin_mod:HalfTS" and options["scale"] == 2.0
     assert options["weight_decay"] == 0.0  # its constructor's own default, not the protocol's 5e-4 guess
-    assert calibrator_seed_name(name) == "HalfTS"  # the run's calibrator seed derives from the name, as built-ins'
+    assert calibrator_seed_name("HalfTS") == "HalfTS"  # the run's calibrator seed derives from the name, as built-ins'
+    assert CALIBRATORS == before
 
 
 def test_another_version_of_the_package_is_another_definition(fake_distribution):
-    before = calibrator_definition(canonical_calibrator("HalfTS")).digest
+    before = calibrator_definition("HalfTS").digest
     metadata = fake_distribution / "METADATA"
     metadata.write_text(metadata.read_text().replace("1.2.3", "1.2.4"))
-    del CALIBRATORS["HalfTS"]
-    assert calibrator_definition(canonical_calibrator("HalfTS")).digest != before
+    assert calibrator_definition("HalfTS").digest != before  # nothing kept of the first look-up
 
 
-def test_a_module_reference_is_registered_under_the_name_as_written(plugin_module):
+def test_a_module_reference_is_found_under_the_name_as_written(plugin_module):
     name = canonical_calibrator("plugin_mod:HalfTS")
-    assert name == "plugin_mod:HalfTS"
+    assert name == "plugin_mod:HalfTS" and name not in CALIBRATORS
     options = calibrator_definition(name).options
     assert (options["package"], options["version"], options["class"]) == ("none", "none", "HalfTS")
+
+
+def test_the_plan_resolves_an_external_calibrator_once_and_its_entry_is_all_a_fit_needs(fake_distribution, tmp_path,
+                                                                                        monkeypatch):
+    from simcalib.experiment import protocol
+    from simcalib.experiment.plan import BenchmarkPlan
+
+    before = dict(CALIBRATORS)
+    plan = plan_benchmark("Cora", "GCN", [0], [0], [0], [("halfts", {"scale": 2.0}, None), ("ts", None, None)],
+                          ProtocolSettings(generated_splits=True), tmp_path, data=False)
+    assert CALIBRATORS == before, "planning registers nothing"
+    half, ts = plan.calibrators
+    assert (half.name, half.seed_name, half.options_dict, ts.name) == ("HalfTS", "HalfTS", {"scale": 2.0}, "TS")
+    assert half.digest == calibrator_definition("HalfTS", "Cora", "GCN", scale=2.0).digest
+    assert '"package":"plugin-dist"' in half.definition and '"entry":"plugin_mod:HalfTS"' in half.definition
+    assert BenchmarkPlan.from_json(plan.to_json()).calibrators == plan.calibrators  # as a worker receives it
+    # the entry is taken as it is: no definition is resolved again downstream
+    monkeypatch.setattr(protocol, "row_definition", lambda *a, **k: pytest.fail("a planned name resolved again"))
+    assert protocol.resolve_calibrator(half, "Cora", "GCN") is half
+    with pytest.raises(ValueError, match="planned with options"):
+        protocol.resolve_calibrator(half, "Cora", "GCN", {"scale": 3.0})
 
 
 @pytest.mark.parametrize("name, message", [

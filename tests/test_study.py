@@ -71,6 +71,42 @@ def test_errors_name_the_line_and_the_key(tmp_path, text, expected):
     assert expected in error_of(tmp_path, text)
 
 
+PER_DATASET = VALID.replace("runs: {splits: [0, 3], inits: 2, folds: 1, label_rate: 0.15}\n",
+                            "runs:\n  splits: [0, 3]\n  inits: 2\n  folds: 1\n  per_dataset:\n"
+                            "    citeseer: {inits: 1, folds: [0, 2]}\n")  # per_dataset on line 12, citeseer 13
+
+
+def test_a_datasets_own_runs_replace_the_studys_for_its_benchmarks_only(tmp_path):
+    study = load_study(write(tmp_path, PER_DATASET))
+    assert study.runs_of("Cora") == ([0, 3], [0, 1], [0])  # the study's
+    assert study.runs_of("Citeseer") == ([0, 3], [0], [0, 2])  # splits: the study's; inits, folds: its own
+    assert (study.runs_per_benchmark(), study.runs_per_benchmark("Citeseer")) == (4, 4)
+    plan = {b.name: b for b in plan_study(study, data=False).benchmarks}
+    without = {b.name: b for b in plan_study(load_study(write(tmp_path, VALID)), data=False).benchmarks}
+    assert plan["Cora-GCN"] == without["Cora-GCN"]  # runs, seeds and everything else unchanged
+    citeseer = plan["Citeseer-GCN"]
+    assert citeseer.run_indices == {"splits": [0, 3], "inits": [0], "folds": [0, 2]}
+    assert [(r.split, r.init, r.fold) for r in citeseer.runs] == [(0, 0, 0), (0, 0, 2), (3, 0, 0), (3, 0, 2)]
+    assert without["Citeseer-GCN"].run_indices == {"splits": [0, 3], "inits": [0, 1], "folds": [0]}
+    assert citeseer.seeds[0] == without["Citeseer-GCN"].seeds[0]  # run (0, 0, 0): its seed is its identity's
+
+
+@pytest.mark.parametrize("entry, expected", [
+    ("citeser: {inits: 1}", "study.yaml:13: runs.per_dataset.citeser: unknown dataset 'citeser' (did you mean "
+                            "'Citeseer'?); valid datasets are: Cora, Citeseer; a key of runs.per_dataset is a dataset"),
+    ("citeseer: {}", "study.yaml:13: runs.per_dataset.citeseer: names none of splits, inits, folds"),
+    ("citeseer: {init: 1}", "study.yaml:13: unknown key 'runs.per_dataset.citeseer.init'; valid keys here are: "
+                            "splits, inits, folds"),
+    ("citeseer: {folds: [3]}", "study.yaml:13: runs.per_dataset.citeseer.folds: folds are 0..2"),
+    ("citeseer: {splits: 0}", "study.yaml:13: runs.per_dataset.citeseer.splits: selects no splits"),
+    ("citeseer: {inits: 1}\n    CiteSeer: {inits: 2}", "study.yaml:14: runs.per_dataset.CiteSeer: Citeseer has two "
+                                                     "runs.per_dataset entries"),
+])
+def test_a_bad_per_dataset_entry_is_one_line_naming_its_line(tmp_path, entry, expected):
+    message = error_of(tmp_path, PER_DATASET.replace("citeseer: {inits: 1, folds: [0, 2]}", entry))
+    assert expected in message and "\n" not in message, message
+
+
 def test_list_and_all_forms_of_calibrators(tmp_path, monkeypatch):
     from simcalib import calibrators
 
@@ -175,6 +211,9 @@ def test_the_heterophily_study_runs_every_calibrator_of_the_headline_on_generate
     offline = load_study(STUDY_DIR / "offline.yaml")
     assert study.datasets == ["Actor", "chameleon_filtered", "squirrel_filtered", "minesweeper", "tolokers"]
     assert len(study.benchmarks()) == 10 and study.runs_per_benchmark() == 75
+    # the binary graphs: init 0 only, as their committed rows (reports/heterophily/provenance.yaml)
+    assert [study.runs_per_benchmark(d) for d in study.datasets] == [75, 75, 75, 15, 15]
+    assert study.runs_of("tolokers") == ([0, 1, 2, 3, 4], [0], [0, 1, 2])
     assert [c.name for c in study.calibrators] == [c.name for c in offline.calibrators]
     assert study.spec.runs.generated_splits and study.spec.backbone == offline.spec.backbone
     # no fixed files for these graphs: every split is drawn from the study seed

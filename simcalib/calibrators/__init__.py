@@ -1,12 +1,13 @@
 """Post-hoc calibrators behind one interface, and the registry that names them.
 
 A registered name maps to a class and preset options, so variants (e.g. SimCalib's ablations) are
-configurations of one implementation, not copies. Names are matched case-insensitively.
+configurations of one implementation, not copies. Names are matched case-insensitively. A name not
+registered is looked up among other packages' calibrators (:func:`calibrator_entry`); looking a name up never
+registers it, so ``CALIBRATORS`` holds the package's calibrators and those given to :func:`register_calibrator`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import inspect
@@ -70,12 +71,6 @@ class CalibratorEntry:
     source: dict | None = None
 
 
-def calibrator_seed_name(name: str) -> str:
-    """The name a fit of calibrator ``name`` derives its seed from (see :class:`CalibratorEntry`)."""
-    entry = CALIBRATORS[canonical_calibrator(name)]
-    return entry.seed_name or entry.name
-
-
 CALIBRATORS: dict[str, CalibratorEntry] = {}
 
 
@@ -91,21 +86,35 @@ def calibrator_names(include_tuned: bool = False) -> list[str]:
     return [name for name, entry in CALIBRATORS.items() if include_tuned or entry.tuned_from is None]
 
 
-def canonical_calibrator(name: str) -> str:
-    """The registered spelling of ``name``; a name not built in is looked up among other packages' calibrators
-    (entry points of group ``simcalib.calibrators``, ``package.module:Class``) and registered when found."""
+def calibrator_entry(name: str | CalibratorEntry) -> CalibratorEntry:
+    """The entry ``name`` names, found without registering anything: a registered name (matched
+    case-insensitively), else a calibrator of another package (an entry point of group ``simcalib.calibrators``,
+    or ``package.module:Class``), its interface checked and its origin in ``source``. An entry is returned as
+    given. A name found nowhere raises an UnknownNameError of one line with the closest names."""
+    if isinstance(name, CalibratorEntry):
+        return name
     try:
-        return resolve_name(name, CALIBRATORS, "calibrator")
+        return CALIBRATORS[resolve_name(name, CALIBRATORS, "calibrator")]
     except UnknownNameError:
         found = find_external_calibrator(name, calibrator_names(include_tuned=True))
-        register_calibrator(found.name, found.cls)
-        CALIBRATORS[found.name] = dataclasses.replace(CALIBRATORS[found.name], source=found.source)
-        return found.name
+        return CalibratorEntry(found.name, found.cls, description=(found.cls.__doc__ or "").strip().split("\n")[0],
+                               source=found.source)
 
 
-def is_external(name: str) -> bool:
-    """Whether the registered calibrator ``name`` comes from another package."""
-    return CALIBRATORS[canonical_calibrator(name)].source is not None
+def canonical_calibrator(name: str) -> str:
+    """The canonical spelling of ``name`` (:func:`calibrator_entry`): a pure look-up, no registration."""
+    return calibrator_entry(name).name
+
+
+def calibrator_seed_name(name: str | CalibratorEntry) -> str:
+    """The name a fit of calibrator ``name`` derives its seed from (see :class:`CalibratorEntry`)."""
+    entry = calibrator_entry(name)
+    return entry.seed_name or entry.name
+
+
+def is_external(name: str | CalibratorEntry) -> bool:
+    """Whether calibrator ``name`` comes from another package."""
+    return calibrator_entry(name).source is not None
 
 
 def _build_kwargs(entry: CalibratorEntry, dataset: str | None, backbone: str | None, options: dict) -> dict:
@@ -124,26 +133,29 @@ def _build_kwargs(entry: CalibratorEntry, dataset: str | None, backbone: str | N
     return {**protocol, **per_benchmark, **entry.preset, **options}
 
 
-@functools.cache
-def _per_benchmark_options(entry_name: str) -> tuple[str, ...]:
-    """The options whose default ``entry_name`` looks up per benchmark: the weight decay where it has a table,
+def _per_benchmark_options(entry: CalibratorEntry) -> tuple[str, ...]:
+    """The options whose default ``entry`` looks up per benchmark: the weight decay where it has a table,
     and every option its class's ``benchmark_defaults`` sets on some benchmark graph; less its preset's."""
+    return tuple(sorted(set(_class_per_benchmark_options(entry.cls, entry.source is None)) - set(entry.preset)))
+
+
+@functools.cache
+def _class_per_benchmark_options(cls: type[Calibrator], builtin: bool) -> tuple[str, ...]:
     from simcalib.backbones.models import BACKBONES
     from simcalib.data.registry import dataset_names
 
-    entry = CALIBRATORS[entry_name]
     options = set()
-    if entry.source is None and weight_decay_is_per_benchmark(entry.cls.name):
+    if builtin and weight_decay_is_per_benchmark(cls.name):
         options.add("weight_decay")
-    benchmark_defaults = getattr(entry.cls, "benchmark_defaults", None)
+    benchmark_defaults = getattr(cls, "benchmark_defaults", None)
     if benchmark_defaults is not None:
         for dataset in dataset_names():
             for backbone in BACKBONES:
                 options.update(benchmark_defaults(dataset, backbone))
-    return tuple(sorted(options - set(entry.preset)))
+    return tuple(sorted(options))
 
 
-def defaults_taken(name: str, dataset: str | None, backbone: str | None = None, **options) -> dict:
+def defaults_taken(name: str | CalibratorEntry, dataset: str | None, backbone: str | None = None, **options) -> dict:
     """On a graph that is not a benchmark graph (``dataset`` None or not built in): each per-benchmark default
     of ``name`` that ``options`` leave open, with the value it took (the value the defaults give every graph
     outside their tables); {} on a benchmark graph."""
@@ -151,10 +163,10 @@ def defaults_taken(name: str, dataset: str | None, backbone: str | None = None, 
 
     if dataset in dataset_names():
         return {}
-    entry = CALIBRATORS[canonical_calibrator(name)]
+    entry = calibrator_entry(name)
     kwargs = _build_kwargs(entry, dataset, backbone, options)
     defaults = _constructor_defaults(entry.cls)
-    return {option: kwargs.get(option, defaults.get(option)) for option in _per_benchmark_options(entry.name)
+    return {option: kwargs.get(option, defaults.get(option)) for option in _per_benchmark_options(entry)
             if option not in options}
 
 
@@ -176,7 +188,7 @@ def _warn_defaults_taken(name: str, dataset: str | None, backbone: str | None, t
                   DefaultsTakenWarning, stacklevel=3)
 
 
-def build_calibrator(name: str, num_classes: int, dataset: str | None = None, backbone: str | None = None,
+def build_calibrator(name: str | CalibratorEntry, num_classes: int, dataset: str | None = None, backbone: str | None = None,
                      **options) -> Calibrator:
     """Instantiate a registered calibrator with the protocol defaults for (dataset, backbone).
 
@@ -187,7 +199,7 @@ def build_calibrator(name: str, num_classes: int, dataset: str | None = None, ba
     per-benchmark defaults it takes are warned about once (:func:`defaults_taken`, docs/own-graph.md). The
     calibrator keeps what it was built from (``built_from``), which :meth:`Calibrator.save` writes.
     """
-    entry = CALIBRATORS[canonical_calibrator(name)]
+    entry = calibrator_entry(name)
     kwargs = _build_kwargs(entry, dataset, backbone, options)
     try:
         calibrator = entry.cls(num_classes, **kwargs)
@@ -243,13 +255,13 @@ class CalibratorDefinition:
         return hashlib.sha256(self.text.encode()).hexdigest()[:12]
 
 
-def calibrator_definition(name: str, dataset: str | None = None, backbone: str | None = None,
+def calibrator_definition(name: str | CalibratorEntry, dataset: str | None = None, backbone: str | None = None,
                           **options) -> CalibratorDefinition:
     """The resolved definition of ``name`` on (dataset, backbone) with ``options`` (as :func:`build_calibrator`
     would build it): a changed default, preset, per-benchmark setting or tuned option gives another digest,
     so rows of two definitions of one calibrator are never taken for one (:mod:`simcalib.store.integrity`).
     Unknown options raise a ConfigError naming the calibrator."""
-    entry = CALIBRATORS[canonical_calibrator(name)]
+    entry = calibrator_entry(name)
     kwargs = _build_kwargs(entry, dataset, backbone, options)
     _check_options(entry, kwargs)
     # the training options a class may set in its constructor (e.g. WATS's 1000 epochs), read from a built model;
@@ -380,12 +392,12 @@ for _w in (0.5, 0.6, 0.8, 0.9):
     register_calibrator(f"SimCalib_w{_w:g}", SimCalib, f"SimCalib with the mixing weight fixed at w = {_w:g}", w=_w)
 # A calibrator chosen per run among registered ones by cross-fitting on the calibration fold (docs/decisions.md).
 register_calibrator("AutoCal", AutoCal)
-AutoCal.registry = CandidateRegistry(CALIBRATORS, canonical_calibrator, build_calibrator)
+AutoCal.registry = CandidateRegistry(calibrator_entry, build_calibrator)
 
 __all__ = [
     "AutoCal", "CALIBRATORS", "ETS", "GATS", "GETS", "HIDDEN_LABEL", "IRM", "TS", "VS", "CaGCN", "CalibrationGraph",
     "Calibrator", "CalibratorDefinition", "CalibratorEntry", "Dirichlet", "is_external", "OrderInvariant", "SimCalib", "Spline",
     "TemperatureCalibrator", "UnCal", "WATS", "build_calibrator", "calibrator_definition", "calibrator_names",
-    "calibrator_seed_name", "canonical_calibrator", "defaults_taken",
+    "calibrator_entry", "calibrator_seed_name", "canonical_calibrator", "defaults_taken",
     "default_weight_decay", "load_calibrator", "node_outputs", "register_calibrator", "saved_metadata",
 ]

@@ -6,7 +6,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -73,11 +73,10 @@ class CandidateScores:
 
 @dataclass(frozen=True)
 class CandidateRegistry:
-    """The registered calibrators AutoCal chooses among: their entries by name, the name resolver and the builder
-    (``simcalib.calibrators.CALIBRATORS``, ``canonical_calibrator`` and ``build_calibrator``)."""
+    """The calibrators AutoCal chooses among: the look-up from a name to its entry (canonical ``name`` and
+    ``cls``) and the builder (``simcalib.calibrators.calibrator_entry`` and ``build_calibrator``)."""
 
-    entries: dict
-    canonical: Callable[[str], str]
+    entry: Callable[[str], Any]
     build: Callable[..., Calibrator]
 
 
@@ -138,20 +137,19 @@ class AutoCal(Calibrator):
                  lr: float | None = None, weight_decay: float = 0.0):
         super().__init__(num_classes)
         registry = self._registry()
-        CALIBRATORS, canonical_calibrator = registry.entries, registry.canonical
-
         if isinstance(candidates, str):
             candidates = [c for c in candidates.split(",") if c.strip()]
         try:
-            names = [canonical_calibrator(c) for c in candidates]
+            found = [registry.entry(c) for c in candidates]
         except SimCalibError as exc:
             raise ConfigError(f"AutoCal's candidates: {exc}") from None
+        names = [entry.name for entry in found]
         if not names:
             raise ConfigError("AutoCal needs at least one candidate; give candidates=[...] of registered names")
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ConfigError(f"AutoCal's candidates name {', '.join(repeated)} twice; list each once")
-        nested = [n for n in names if issubclass(CALIBRATORS[n].cls, AutoCal)]
+        nested = [entry.name for entry in found if issubclass(entry.cls, AutoCal)]
         if nested:
             raise ConfigError(f"AutoCal cannot choose among selecting calibrators ({', '.join(nested)}); list the "
                               "calibrators it should choose from instead")
@@ -163,7 +161,7 @@ class AutoCal(Calibrator):
         if weight_decay:
             raise ConfigError(f"AutoCal has no parameters of its own, so no weight decay (got {weight_decay}); "
                               "give a candidate's own in candidate_options, e.g. {'GATS': {'weight_decay': 0.01}}")
-        options = {canonical_calibrator(k): dict(v or {}) for k, v in (candidate_options or {}).items()}
+        options = {registry.entry(k).name: dict(v or {}) for k, v in (candidate_options or {}).items()}
         unused = sorted(set(options) - set(names))
         if unused:
             raise ConfigError(f"AutoCal's candidate_options name {', '.join(unused)}, which is not a candidate; "

@@ -1,7 +1,8 @@
-"""Calibrators from other packages: found by name, checked against the interface, registered like built-ins.
+"""Calibrators from other packages: found by name, checked against the interface, used like built-ins.
 
 A calibrator named by an entry point of group ``simcalib.calibrators`` or as ``package.module:Class``
-(:mod:`simcalib.entry_points`) is registered under that name the first time it is named, after two checks:
+(:mod:`simcalib.entry_points`) is found by that name (:func:`simcalib.calibrators.calibrator_entry`, which registers
+nothing: a plan records what it found, :mod:`simcalib.experiment.plan`), after two checks:
 
 * **interface** (when it is named): a class deriving from :class:`~simcalib.calibrators.base.Calibrator` that
   implements ``forward(graph) -> [N, K]`` log-probabilities (``fit`` is inherited or overridden);
@@ -40,8 +41,7 @@ class ExternalCalibrator:
 
 def find_external_calibrator(name: str, taken: list[str]) -> ExternalCalibrator:
     """Find ``name`` outside the package (entry point, then ``module:Class``; ``taken``: the names registered
-    already) and check its interface; the registry (:func:`simcalib.calibrators.canonical_calibrator`) registers
-    it."""
+    already) and check its interface (:func:`simcalib.calibrators.calibrator_entry` makes its entry)."""
     found = resolve_external(name, CALIBRATOR_GROUP, "calibrator", taken)
     cls = found.obj
     label = f"calibrator {found.name!r}" + (f" ({found.reference})" if found.reference != found.name else "")

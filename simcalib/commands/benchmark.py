@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from simcalib.backbones import backbone_name
-    from simcalib.calibrators import CALIBRATORS, canonical_calibrator
+    from simcalib.calibrators import calibrator_entry
     from simcalib.data import get_spec
     from simcalib.errors import ConfigError
     from simcalib.experiment.executor import run_planned_benchmark
@@ -120,17 +120,18 @@ def run(args: argparse.Namespace) -> int:
                           "one run at a time; use --no-batch-runs")
     names = args.calibrators if args.calibrators is not None else (
         list(study_options) if study_options is not None else ["uncal", "ts", "vs", "ets"])
-    calibrators = [canonical_calibrator(c) for c in names]  # validate names before any work
+    found = [calibrator_entry(c) for c in names]  # names checked before any work
+    calibrators, entries = [entry.name for entry in found], {entry.name: entry for entry in found}
     options = {c: study_options[c] for c in calibrators if study_options and c in study_options}
     tuned_dir = args.tuned_dir or (study.spec.tuned_dir if study else None)
     for c in calibrators:  # e.g. SimCalib_tuned without --study: the options a search stored for the benchmark
-        if c not in options and CALIBRATORS[c].tuned_from is not None:
-            options[c] = load_tuned_params(dataset, backbone, CALIBRATORS[c].tuned_from, tuned_dir)
+        if c not in options and entries[c].tuned_from is not None:
+            options[c] = load_tuned_params(dataset, backbone, entries[c].tuned_from, tuned_dir)
     for c in calibrators:  # a calibrator from another package: fitted on a probe graph before any work
         probe_external(c, dataset, backbone, options.get(c) or {})
     tuned_from = {c.name: c.tuned_from for c in study.calibrators} if study else {}
     for c in calibrators:
-        tuned_from.setdefault(c, CALIBRATORS[c].tuned_from)
+        tuned_from.setdefault(c, entries[c].tuned_from)
     fold_rate = 0.05 if args.label_rate is None else args.label_rate / 3
     settings = protocol_settings(args, fold_rate, study.spec.backbone if study else None)
     settings = dataclasses.replace(settings, batch_runs=args.batch_runs)

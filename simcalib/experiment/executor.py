@@ -28,12 +28,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from simcalib.calibrators import canonical_calibrator
 from simcalib.errors import ConfigError
 from simcalib.experiment.ledger import BackboneMismatchError, read_ledger
 from simcalib.experiment.plan import BenchmarkPlan, plan_benchmark
 from simcalib.experiment.protocol import (
     FittedCalibrator,
+    PlannedCalibrator,
     ProtocolSettings,
     Run,
     evaluate_calibrator,
@@ -118,12 +118,12 @@ class BenchmarkRequest:
     calibrator_options: dict[str, dict] = field(default_factory=dict)
 
 
-def _run_calibrators(run: Run, settings: ProtocolSettings, calibrators: Sequence[str], options: dict[str, dict],
-                     predictions_dir: Path | None) -> list[dict]:
+def _run_calibrators(run: Run, settings: ProtocolSettings, calibrators: Sequence[str],
+                     entries: dict[str, PlannedCalibrator], predictions_dir: Path | None) -> list[dict]:
     """One run: its backbone (cached), prepared once (:func:`~simcalib.experiment.protocol.prepare_run`), and the
-    result rows of ``calibrators`` on it."""
+    result rows of ``calibrators`` (names of the plan's ``entries``) on it."""
     context = prepare_run(run, settings)
-    return [evaluate_calibrator(run, settings, c, options.get(c), context.output, predictions_dir, context=context)
+    return [evaluate_calibrator(run, settings, entries[c], None, context.output, predictions_dir, context=context)
             for c in calibrators]
 
 
@@ -136,7 +136,8 @@ def _split_groups(jobs: Sequence[tuple[Run, list[str]]]) -> list[list[tuple[Run,
     return list(groups.values())
 
 
-def _run_split_group(group: Sequence[tuple[Run, list[str]]], settings: ProtocolSettings, options: dict[str, dict],
+def _run_split_group(group: Sequence[tuple[Run, list[str]]], settings: ProtocolSettings,
+                     entries: dict[str, PlannedCalibrator],
                      predictions_dir: Path | None, models_per_batch: int | None = None,
                      batch_calibrators: bool = False) -> Iterator[list[dict]]:
     """The runs of one split: their backbones (with ``settings.batch_runs`` trained together, else one at a
@@ -154,21 +155,21 @@ def _run_split_group(group: Sequence[tuple[Run, list[str]]], settings: ProtocolS
         names = list(dict.fromkeys(c for _, todo in group for c in todo if fits_across_runs(c)))
         for name in names:
             positions = [p for p, (_, todo) in enumerate(group) if name in todo]
-            models = fit_calibrator_across_runs([runs[p] for p in positions], settings, name, options.get(name),
+            models = fit_calibrator_across_runs([runs[p] for p in positions], settings, entries[name], None,
                                                 [outputs[p] for p in positions], [contexts[p] for p in positions])
             fitted.update({(p, name): model for p, model in zip(positions, models)})
     for position, ((run, todo), context) in enumerate(zip(group, contexts)):
-        yield [evaluate_calibrator(run, settings, c, options.get(c), context.output, predictions_dir,
+        yield [evaluate_calibrator(run, settings, entries[c], None, context.output, predictions_dir,
                                    fitted.pop((position, c), None), context) for c in todo]
 
 
-def _split_group_rows(group, settings, options, predictions_dir, models_per_batch=None,
+def _split_group_rows(group, settings, entries, predictions_dir, models_per_batch=None,
                       batch_calibrators=False) -> list[list[dict]]:
     """:func:`_run_split_group` collected, for a worker process (which returns once)."""
-    return list(_run_split_group(group, settings, options, predictions_dir, models_per_batch, batch_calibrators))
+    return list(_run_split_group(group, settings, entries, predictions_dir, models_per_batch, batch_calibrators))
 
 
-def _batched_rows(jobs, settings, options, predictions_dir, workers: int, models_per_batch: int | None,
+def _batched_rows(jobs, settings, entries, predictions_dir, workers: int, models_per_batch: int | None,
                   batch_calibrators: bool = False):
     """Each job's rows (``[]`` for a job with nothing to do), the runs of a split together (their backbones
     with ``settings.batch_runs``, their calibrators with ``batch_calibrators``); with ``workers`` > 1, one split
@@ -178,14 +179,14 @@ def _batched_rows(jobs, settings, options, predictions_dir, workers: int, models
         yield []
     if workers == 1:
         for group in groups:
-            yield from _run_split_group(group, settings, options, predictions_dir, models_per_batch, batch_calibrators)
+            yield from _run_split_group(group, settings, entries, predictions_dir, models_per_batch, batch_calibrators)
         return
-    tasks = [(g, settings, options, predictions_dir, models_per_batch, batch_calibrators) for g in groups]
+    tasks = [(g, settings, entries, predictions_dir, models_per_batch, batch_calibrators) for g in groups]
     for rows_per_run in in_processes(_split_group_rows, tasks, workers):
         yield from rows_per_run
 
 
-def _rows_in_processes(jobs, settings, options, predictions_dir, workers: int):
+def _rows_in_processes(jobs, settings, entries, predictions_dir, workers: int):
     """Each job's result rows (``[]`` for a job with nothing to do), the runs computed in ``workers``
     processes with one torch thread each (the layout that is fastest for small graphs on few cores, and the
     same numbers as ``--threads 1``: the thread count is part of the backbone's identity), yielded as each
@@ -193,7 +194,7 @@ def _rows_in_processes(jobs, settings, options, predictions_dir, workers: int):
     pending = [(run, todo) for run, todo in jobs if todo]
     for _ in range(len(jobs) - len(pending)):
         yield []
-    yield from in_processes(_run_calibrators, [(run, settings, todo, options, predictions_dir)
+    yield from in_processes(_run_calibrators, [(run, settings, todo, entries, predictions_dir)
                                                for run, todo in pending], workers)
 
 
@@ -216,12 +217,17 @@ def run_benchmark(
     run must read the same backbones)."""
     if batch_runs != settings.batch_runs:
         settings = dataclasses.replace(settings, batch_runs=batch_runs)
-    calibrators = [canonical_calibrator(c) for c in request.calibrators]
-    if not calibrators:
+    if not request.calibrators:
         raise ConfigError("no calibrators given; choose from the registered names (see `simcalib benchmark --help`)")
-    options = {canonical_calibrator(name): value for name, value in request.calibrator_options.items()}
+    options = {str(k).strip().lower(): v for k, v in request.calibrator_options.items()}  # names match in any case
+    given = {str(c).strip().lower() for c in request.calibrators}
+    unused = sorted(k for k in request.calibrator_options if str(k).strip().lower() not in given)
+    if unused:
+        raise ConfigError(f"calibrator_options name {', '.join(unused)}, not among the calibrators "
+                          f"{', '.join(request.calibrators)}; give options for the calibrators that run")
     plan = plan_benchmark(request.dataset, request.backbone, request.splits, request.inits, request.folds,
-                          [(c, options.get(c), None) for c in calibrators], settings, out_dir)
+                          [(c, options.get(str(c).strip().lower()), None) for c in request.calibrators], settings,
+                          out_dir)  # the plan resolves the names, once
     return run_planned_benchmark(plan, save_predictions, progress, workers, resume_from, models_per_batch,
                                  batch_calibrators, wait, notify)
 
@@ -272,14 +278,14 @@ def _run_planned_locked(plan: BenchmarkPlan, save_predictions, progress, workers
     ledger = read_ledger(plan)  # what results.csv holds of the plan: the rows are the record
     predictions_dir = out_dir / "predictions" if save_predictions else None
     jobs = [(run, ledger.todo(run)) for run in runs]  # (run, calibrators still missing from results.csv)
-    options = plan.calibrator_options
+    entries = {entry.name: entry for entry in plan.calibrators}  # resolved once, by the plan
     if settings.batch_runs or batch_calibrators:
-        rows_per_job = _batched_rows(jobs, settings, options, predictions_dir, workers, models_per_batch,
+        rows_per_job = _batched_rows(jobs, settings, entries, predictions_dir, workers, models_per_batch,
                                      batch_calibrators)
     elif workers > 1:
-        rows_per_job = _rows_in_processes(jobs, settings, options, predictions_dir, workers)
+        rows_per_job = _rows_in_processes(jobs, settings, entries, predictions_dir, workers)
     else:
-        rows_per_job = (_run_calibrators(run, settings, todo, options, predictions_dir) if todo else []
+        rows_per_job = (_run_calibrators(run, settings, todo, entries, predictions_dir) if todo else []
                         for run, todo in jobs)
     with contextlib.closing(rows_per_job):  # an interruption stops the runs in flight
         counted = Counted(rows_per_job, len(jobs))

@@ -9,8 +9,12 @@ Every question the protocol asks about its input is answered here, once:
   and, where the data is at hand, the digest of its node indices (the rows' ``split_digest``);
 * the digest of the processed graph (the rows' ``data_digest``), where the data is at hand;
 * the backbone's resolved configuration and the options its rows record (``backbone_options``);
-* each calibrator's resolved definition: its options (tuned ones read from their file), the canonical JSON
-  of every constructor option and its digest (the rows' ``calibrator_options`` and ``calibrator_digest``).
+* each calibrator, resolved once (:class:`~simcalib.experiment.protocol.PlannedCalibrator`): its canonical name
+  (a calibrator of another package found by its entry point or ``module:Class`` here, and checked; nothing is
+  registered), its options (tuned ones read from their file), the canonical JSON of every constructor option
+  and its digest (the rows' ``calibrator_options`` and ``calibrator_digest``), and the name its fits' seeds
+  derive from. The executor, the study flow and the ledger hand these entries to the protocol, which resolves
+  no name again.
 
 A run then reads its settings from the plan: :attr:`BenchmarkPlan.settings` names the fixed-splits folder
 explicitly, so no process looks at ``$SIMCALIB_SPLITS_DIR`` or the checkout again. Each results row still
@@ -29,19 +33,20 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from simcalib.backbones import backbone_name
-from simcalib.calibrators import build_calibrator, canonical_calibrator
+from simcalib.calibrators import build_calibrator
 from simcalib.data import get_spec, graph_digest
 from simcalib.errors import ConfigError, SimCalibError
 from simcalib.experiment.protocol import (
+    Options,
+    PlannedCalibrator,
     ProtocolSettings,
     Run,
     backbone_config,
     backbone_options,
     load_graph,
-    row_definition,
+    resolve_calibrator,
     run_split,
 )
 from simcalib.experiment.splits import (
@@ -56,10 +61,7 @@ from simcalib.experiment.splits import (
 )
 from simcalib.experiment.study import Study, load_study, probe_external
 
-PLAN_VERSION = 1  # bump when the meaning of a field changes
-
-Options = tuple[tuple[str, Any], ...]  # a calibrator's options as sorted (key, value) pairs
-
+PLAN_VERSION = 2  # bump when a field is added or its meaning changes
 
 def _options(options: dict | None) -> Options:
     return tuple(sorted((options or {}).items()))
@@ -78,21 +80,6 @@ class SplitEntry:
 
 
 @dataclass(frozen=True)
-class CalibratorEntry:
-    """One calibrator of a benchmark: options as resolved (given, or tuned and read) and its definition."""
-
-    name: str
-    options: Options
-    tuned_from: str | None  # the calibrator whose tuned options these are; None: as given
-    definition: str  # canonical JSON of every constructor option (the rows' calibrator_options)
-    digest: str  # 12 hex digits over ``definition`` (the rows' calibrator_digest)
-
-    @property
-    def options_dict(self) -> dict:
-        return dict(self.options)
-
-
-@dataclass(frozen=True)
 class BenchmarkPlan:
     """One benchmark at one label rate, resolved (``variant`` tells the rates of a sweep apart: ``-rate0.05``)."""
 
@@ -103,7 +90,7 @@ class BenchmarkPlan:
     seeds: tuple[int, ...]  # of ``runs``, in order
     splits: tuple[SplitEntry, ...]
     splits_origin: str  # where the fixed-splits folder was found ("$SIMCALIB_SPLITS_DIR", "given", ...)
-    calibrators: tuple[CalibratorEntry, ...]
+    calibrators: tuple[PlannedCalibrator, ...]
     backbone_config: Options  # the resolved BackboneConfig (dataset defaults and overrides)
     backbone_options: str  # the rows' backbone_options ("default" or key=value;...)
     data_digest: str | None  # digest of the processed graph; None when the data was not loaded
@@ -122,6 +109,13 @@ class BenchmarkPlan:
     def calibrator_names(self) -> list[str]:
         return [c.name for c in self.calibrators]
 
+    def calibrator(self, name: str) -> PlannedCalibrator:
+        """The planned entry of calibrator ``name`` (its canonical name, as in :attr:`calibrator_names`)."""
+        for entry in self.calibrators:
+            if entry.name == name:
+                return entry
+        raise KeyError(f"{self.name} plans no calibrator {name!r}; it plans {', '.join(self.calibrator_names)}")
+
     @property
     def calibrator_options(self) -> dict[str, dict]:
         return {c.name: c.options_dict for c in self.calibrators}
@@ -129,6 +123,12 @@ class BenchmarkPlan:
     @property
     def has_data(self) -> bool:
         return self.data_digest is not None
+
+    @property
+    def run_indices(self) -> dict[str, list[int]]:
+        """The split, init and fold indices of :attr:`runs` (``runs.per_dataset`` or the study's)."""
+        return {"splits": sorted({r.split for r in self.runs}), "inits": sorted({r.init for r in self.runs}),
+                "folds": sorted({r.fold for r in self.runs})}
 
     def seed(self, run: Run) -> int:
         return self.seeds[self.runs.index(run)]
@@ -173,9 +173,7 @@ class BenchmarkPlan:
 
     def line(self) -> str:
         """The benchmark in one line: runs, seeds, data, backbone, calibrators, output."""
-        splits = sorted({r.split for r in self.runs})
-        inits = sorted({r.init for r in self.runs})
-        folds = sorted({r.fold for r in self.runs})
+        splits, inits, folds = self.run_indices.values()
         data = f"data {self.data_digest}" if self.has_data else "data not loaded"
         return (f"{self.name}: {len(self.runs)} runs (splits {_ranges(splits)}, inits {_ranges(inits)}, folds "
                 f"{_ranges(folds)}; rate {self.settings.label_rate:g}; first seed {self.seeds[0]}), "
@@ -202,7 +200,7 @@ class BenchmarkPlan:
             runs=tuple(Run(dataset, backbone, s, i, f) for s, i, f, _ in data["runs"]),
             seeds=tuple(seed for *_, seed in data["runs"]),
             splits=tuple(SplitEntry(**e) for e in data["splits"]), splits_origin=data["splits_origin"],
-            calibrators=tuple(CalibratorEntry(**{**c, "options": _options(c["options"])}) for c in data["calibrators"]),
+            calibrators=tuple(PlannedCalibrator(**{**c, "options": _options(c["options"])}) for c in data["calibrators"]),
             backbone_config=tuple(data["backbone_config"].items()), backbone_options=data["backbone_options"],
             data_digest=data["data_digest"], out_dir=Path(data["out_dir"]), variant=data["variant"],
         )
@@ -245,7 +243,21 @@ class StudyPlan:
 
     @property
     def runs_per_benchmark(self) -> int:
+        """The runs of a benchmark whose dataset has no ``runs.per_dataset`` entry (the study's splits x inits x
+        folds); each benchmark's own: ``len(benchmark.runs)``."""
         return len(self.splits) * len(self.inits) * len(self.folds)
+
+    def describe_runs(self) -> str:
+        """The runs per benchmark in words: ``75 per benchmark``, or with ``runs.per_dataset`` entries
+        ``75 per benchmark, 15 on minesweeper-GCN, tolokers-GCN``."""
+        default = self.runs_per_benchmark
+        counts: dict[int, list[str]] = {}
+        for benchmark in self.benchmarks:
+            counts.setdefault(len(benchmark.runs), []).append(benchmark.name)
+        if set(counts) <= {default}:
+            return f"{default} per benchmark"
+        head = [f"{default} per benchmark"] if default in counts else []
+        return ", ".join(head + [f"{n} on {', '.join(names)}" for n, names in counts.items() if n != default])
 
     @property
     def has_data(self) -> bool:
@@ -272,7 +284,7 @@ class StudyPlan:
         execution = self.execution
         lines = [f"plan {self.digest()} of study {self.name} ({self.source}); seed {self.seed}, device {self.device}",
                  f"  counts       {len(self.benchmarks)} benchmarks, {len(calibrators)} calibrators, {runs} runs "
-                 f"({self.runs_per_benchmark} per benchmark): {runs} pretrain + {tasks} calibrate tasks",
+                 f"({self.describe_runs()}): {runs} pretrain + {tasks} calibrate tasks",
                  f"  runner       {execution.runner} x {execution.workers}"
                  + (f" at {execution.address}" if execution.address else ""),
                  f"  output       {self.output}; tracking {execution.tracking_uri} (experiment {execution.experiment})"]
@@ -288,7 +300,7 @@ class StudyPlan:
         lines += [f"    {benchmark.line()}" for benchmark in self.benchmarks]
         lines.append("  calibrator definitions (name, digest, options given or tuned, the benchmarks using it)")
         users: dict[tuple[str, str], list[str]] = {}
-        entries: dict[tuple[str, str], CalibratorEntry] = {}
+        entries: dict[tuple[str, str], PlannedCalibrator] = {}
         for benchmark in self.benchmarks:
             for calibrator in benchmark.calibrators:
                 users.setdefault((calibrator.name, calibrator.digest), []).append(benchmark.name)
@@ -394,11 +406,9 @@ def plan_benchmark(dataset: str, backbone: str, splits: Iterable[int], inits: It
             data_digest = graph._simcalib_digest = graph_digest(graph)
     resolved = []
     for name, options, tuned_from in calibrators:
-        name = canonical_calibrator(name)
-        options = dict(options or {})
-        definition = row_definition(name, dataset, backbone, options)  # the digest its rows carry
-        build_calibrator(name, get_spec(dataset).num_classes, dataset, backbone, **options)  # options build
-        resolved.append(CalibratorEntry(name, _options(options), tuned_from, definition.text, definition.digest))
+        planned = resolve_calibrator(name, dataset, backbone, options, tuned_from)  # the name resolved: once, here
+        build_calibrator(planned.name, spec.num_classes, dataset, backbone, **planned.options_dict)  # options build
+        resolved.append(planned)
     if len({c.name for c in resolved}) != len(resolved):
         raise ConfigError(f"a calibrator is named twice: {[c.name for c in resolved]}")
     return BenchmarkPlan(
@@ -432,14 +442,16 @@ def plan_study(study: Study, data: bool = True) -> StudyPlan:
                     raise ConfigError(f"{study.where(calibrator.key)}: tuned options for "
                                       f"{dataset}/{backbone}: {exc}") from None
             calibrators.append((calibrator.name, options, calibrator.tuned_from))
+        splits, inits, folds = study.runs_of(dataset)  # runs.per_dataset, else the study's
+        runs_key = ("runs", "per_dataset", dataset) if dataset in study.dataset_runs else ("runs", "splits")
         for rate in study.label_rates:
             variant = f"-rate{rate:g}" if study.sweeps_label_rate else ""
             try:
-                benchmarks.append(plan_benchmark(dataset, backbone, study.splits, study.inits, study.folds,
-                                                 calibrators, study.settings(rate),
-                                                 study.benchmark_dir(dataset, backbone, rate), variant, data))
+                benchmarks.append(plan_benchmark(dataset, backbone, splits, inits, folds, calibrators,
+                                                 study.settings(rate), study.benchmark_dir(dataset, backbone, rate),
+                                                 variant, data))
             except ConfigError as exc:  # the calibrators were checked above: the splits are what cannot run
-                raise ConfigError(f"{study.where(('runs', 'splits'))}: {exc}") from None
+                raise ConfigError(f"{study.where(runs_key)}: {exc}") from None
     spec = study.spec
     runner = spec.task_runner
     execution = ExecutionPlan(runner=runner.kind, workers=runner.workers, address=runner.address,
@@ -477,7 +489,7 @@ def _ranges(values: Sequence[int]) -> str:
     return ",".join(map(str, values))
 
 
-def _short_options(calibrator: CalibratorEntry, width: int = 70) -> str:
+def _short_options(calibrator: PlannedCalibrator, width: int = 70) -> str:
     """The options that were given or tuned (else ``registered``: the registry's options for the benchmark),
     cut to ``width`` characters."""
     if not calibrator.options:
@@ -487,6 +499,6 @@ def _short_options(calibrator: CalibratorEntry, width: int = 70) -> str:
 
 
 __all__ = [
-    "PLAN_VERSION", "BenchmarkPlan", "CalibratorEntry", "ExecutionPlan", "SplitEntry", "StudyPlan", "plan_benchmark",
+    "PLAN_VERSION", "BenchmarkPlan", "PlannedCalibrator", "ExecutionPlan", "SplitEntry", "StudyPlan", "plan_benchmark",
     "plan_study", "resolve_settings",
 ]

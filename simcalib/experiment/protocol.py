@@ -36,14 +36,14 @@ from simcalib.backbones import (
 from simcalib.backbones.batched import TRAINER, train_backbones_batched
 from simcalib.backbones.cache import BACKBONE_CODE_VERSION
 from simcalib.calibrators import (
-    CALIBRATORS,
     CalibrationGraph,
     Calibrator,
     CalibratorDefinition,
+    CalibratorEntry,
     build_calibrator,
     calibrator_definition,
+    calibrator_entry,
     calibrator_seed_name,
-    canonical_calibrator,
 )
 from simcalib.calibrators.across_runs import fit_across_runs, generator_after_build, stackable
 from simcalib.calibrators.signals import NodeSignals
@@ -70,7 +70,7 @@ def code_versions() -> dict[str, int]:
     return {"backbone": BACKBONE_CODE_VERSION, "metrics": METRICS_VERSION, "protocol": PROTOCOL_VERSION}
 
 
-def row_definition(calibrator: str, dataset: str, backbone: str, options: dict | None = None) -> CalibratorDefinition:
+def row_definition(calibrator: str | CalibratorEntry, dataset: str, backbone: str, options: dict | None = None) -> CalibratorDefinition:
     """What a results row of ``calibrator`` on (dataset, backbone) is a function of besides its run: the calibrator's
     resolved definition (:func:`~simcalib.calibrators.calibrator_definition`, its class's ``numbers_version`` from 2
     on) and the :func:`code_versions` above 1. Its digest is the rows' ``calibrator_digest``: equal digests, rows of
@@ -80,6 +80,44 @@ def row_definition(calibrator: str, dataset: str, backbone: str, options: dict |
     if not bumped:
         return definition
     return CalibratorDefinition(definition.name, {**definition.options, "versions": bumped})
+
+
+Options = tuple[tuple[str, object], ...]  # a calibrator's options as sorted (key, value) pairs
+
+
+@dataclass(frozen=True)
+class PlannedCalibrator:
+    """One calibrator of a benchmark, resolved once (:func:`resolve_calibrator`, by the plan): its canonical name,
+    options as resolved (given, or tuned and read), its definition and the name its fits' seeds derive from.
+    The protocol's functions take it as it is and resolve no name again."""
+
+    name: str
+    options: Options
+    tuned_from: str | None  # the calibrator whose tuned options these are; None: as given
+    definition: str  # canonical JSON of every constructor option and its class (the rows' calibrator_options)
+    digest: str  # 12 hex digits over ``definition`` and the declared versions (the rows' calibrator_digest)
+    seed_name: str  # the name its fits' seeds derive from (:func:`~simcalib.calibrators.calibrator_seed_name`)
+
+    @property
+    def options_dict(self) -> dict:
+        return dict(self.options)
+
+
+def resolve_calibrator(calibrator: str | PlannedCalibrator, dataset: str, backbone: str, options: dict | None = None,
+                       tuned_from: str | None = None) -> PlannedCalibrator:
+    """``calibrator`` on (dataset, backbone) with ``options``, resolved: its canonical name and entry
+    (:func:`~simcalib.calibrators.calibrator_entry`: a name of another package is found and checked, nothing is
+    registered), its :func:`row_definition` and seed name. A :class:`PlannedCalibrator` is returned as it is
+    (``options`` must then be None or its own). Unknown names and options raise one-line errors."""
+    if isinstance(calibrator, PlannedCalibrator):
+        if options is not None and dict(options) != calibrator.options_dict:
+            raise ValueError(f"{calibrator.name} is planned with options {calibrator.options_dict}, not {options}")
+        return calibrator
+    entry = calibrator_entry(calibrator)
+    options = dict(options or {})
+    definition = row_definition(entry, dataset, backbone, options)
+    return PlannedCalibrator(entry.name, tuple(sorted(options.items())), tuned_from, definition.text,
+                             definition.digest, calibrator_seed_name(entry))
 
 
 def backbone_digest(output: BackboneOutput) -> str:
@@ -342,16 +380,17 @@ class FittedCalibrator:
     fit_seconds: float
 
 
-def fit_calibrator(run: Run, settings: ProtocolSettings, calibrator: str, options: dict | None = None,
+def fit_calibrator(run: Run, settings: ProtocolSettings, calibrator: str | PlannedCalibrator, options: dict | None = None,
                    output: BackboneOutput | None = None, context: RunContext | None = None) -> FittedCalibrator:
-    """Fit ``calibrator`` on ``run``'s backbone, seeded by the run's seed and the calibrator's name (so every
-    caller, the study and the benchmarks alike, fits the same model). ``context``: the run prepared once
-    (:func:`prepare_run`), its backbone output included."""
-    name = canonical_calibrator(calibrator)
+    """Fit ``calibrator`` (a plan's entry, or a name with ``options``: :func:`resolve_calibrator`) on ``run``'s
+    backbone, seeded by the run's seed and the calibrator's seed name (so every caller, the study and the
+    benchmarks alike, fits the same model). ``context``: the run prepared once (:func:`prepare_run`), its backbone
+    output included."""
+    planned = resolve_calibrator(calibrator, run.dataset, run.backbone, options)
     if context is not None:
         output = context.output
     output = output if output is not None else train_run_backbone(run, settings)
-    model, cg, test_idx = _built_calibrator(run, settings, name, options, output, context)
+    model, cg, test_idx = _built_calibrator(run, settings, planned, output, context)
     start = time.perf_counter()
     try:
         model.fit(cg)
@@ -360,41 +399,42 @@ def fit_calibrator(run: Run, settings: ProtocolSettings, calibrator: str, option
     return FittedCalibrator(model, cg, test_idx, time.perf_counter() - start)
 
 
-def _built_calibrator(run: Run, settings: ProtocolSettings, name: str, options: dict | None,
-                      output: BackboneOutput, context: RunContext | None = None
-                      ) -> tuple[Calibrator, CalibrationGraph, np.ndarray]:
-    """``name`` built for ``run`` under the run's calibrator seed (not fitted), its graph on the device, the
+def _built_calibrator(run: Run, settings: ProtocolSettings, planned: PlannedCalibrator, output: BackboneOutput,
+                      context: RunContext | None = None) -> tuple[Calibrator, CalibrationGraph, np.ndarray]:
+    """``planned`` built for ``run`` under the run's calibrator seed (not fitted), its graph on the device, the
     test nodes. The global generator is left where the fit draws its first random number."""
     cg, test_idx = calibration_graph(run, settings, output, context)
     cg = cg.to(resolve_device(settings.device))
-    seed_everything(derive_seed(run.seed(settings), calibrator_seed_name(name)))
-    return build_calibrator(name, cg.num_classes, run.dataset, run.backbone, **(options or {})), cg, test_idx
+    seed_everything(derive_seed(run.seed(settings), planned.seed_name))
+    model = build_calibrator(planned.name, cg.num_classes, run.dataset, run.backbone, **planned.options_dict)
+    return model, cg, test_idx
 
 
-def fits_across_runs(calibrator: str) -> bool:
-    """Whether ``calibrator`` (a registered name) can be fitted on the runs of a split together
+def fits_across_runs(calibrator: str | PlannedCalibrator) -> bool:
+    """Whether ``calibrator`` can be fitted on the runs of a split together
     (:mod:`simcalib.calibrators.across_runs`)."""
-    return stackable(CALIBRATORS[canonical_calibrator(calibrator)].cls)
+    name = calibrator.name if isinstance(calibrator, PlannedCalibrator) else calibrator
+    return stackable(calibrator_entry(name).cls)
 
 
-def fit_calibrator_across_runs(runs: Sequence[Run], settings: ProtocolSettings, calibrator: str,
+def fit_calibrator_across_runs(runs: Sequence[Run], settings: ProtocolSettings, calibrator: str | PlannedCalibrator,
                                options: dict | None, outputs: Sequence[BackboneOutput],
                                contexts: Sequence[RunContext] | None = None) -> list[FittedCalibrator]:
     """:func:`fit_calibrator` of every run of ``runs`` (runs of one graph: one dataset and split), fitted
     together (:func:`~simcalib.calibrators.across_runs.fit_across_runs`): each run's model is the one
     :func:`fit_calibrator` gives, to float rounding, from the same seed. ``fit_seconds`` is the joint fit's time
     divided by the number of runs."""
-    name = canonical_calibrator(calibrator)
+    planned = resolve_calibrator(calibrator, runs[0].dataset, runs[0].backbone, options)
     built, generators = [], []
     for position, (run, output) in enumerate(zip(runs, outputs)):
-        built.append(_built_calibrator(run, settings, name, options, output, contexts[position] if contexts else None))
+        built.append(_built_calibrator(run, settings, planned, output, contexts[position] if contexts else None))
         generators.append(generator_after_build(built[-1][1].device))  # the stream the run's lone fit would use
     start = time.perf_counter()
     try:
         fit_across_runs([model for model, _, _ in built], [cg for _, cg, _ in built], generators)
     except TrainingDivergedError as exc:
         tags = ", ".join(run.tag() for run in runs)
-        raise TrainingDivergedError(f"{name} fitted across runs {tags}: {exc}; fit them one at a time "
+        raise TrainingDivergedError(f"{planned.name} fitted across runs {tags}: {exc}; fit them one at a time "
                                     "(--no-batch-calibrators) to see which run") from None
     seconds = (time.perf_counter() - start) / len(runs)
     return [FittedCalibrator(model, cg, test_idx, seconds) for model, cg, test_idx in built]
@@ -403,20 +443,22 @@ def fit_calibrator_across_runs(runs: Sequence[Run], settings: ProtocolSettings, 
 def evaluate_calibrator(
     run: Run,
     settings: ProtocolSettings,
-    calibrator: str,
+    calibrator: str | PlannedCalibrator,
     options: dict | None = None,
     output: BackboneOutput | None = None,
     predictions_dir: str | os.PathLike | None = None,
     fitted: FittedCalibrator | None = None,
     context: RunContext | None = None,
 ) -> dict:
-    """Fit ``calibrator`` on ``run``'s backbone (unless ``fitted`` is given: the model already fitted on it)
-    and return its results row (test-node metrics). ``context``: the run prepared once (:func:`prepare_run`), for
-    every calibrator of the run; built here when not given."""
-    name = canonical_calibrator(calibrator)
+    """Fit ``calibrator`` (a plan's entry, or a name with ``options``: :func:`resolve_calibrator`) on ``run``'s
+    backbone (unless ``fitted`` is given: the model already fitted on it) and return its results row (test-node
+    metrics; its ``calibrator_options`` and ``calibrator_digest`` are the entry's). ``context``: the run prepared
+    once (:func:`prepare_run`), for every calibrator of the run; built here when not given."""
+    planned = resolve_calibrator(calibrator, run.dataset, run.backbone, options)
+    name = planned.name
     context = context if context is not None else prepare_run(run, settings, output)
     output = context.output
-    fitted = fitted if fitted is not None else fit_calibrator(run, settings, name, options, output, context)
+    fitted = fitted if fitted is not None else fit_calibrator(run, settings, planned, None, output, context)
     model, cg, test_idx, fit_seconds = fitted.model, fitted.graph, fitted.test_idx, fitted.fit_seconds
     probs = model.predict_proba(cg).cpu()
     test_nodes = torch.from_numpy(test_idx).to(cg.device)
@@ -440,14 +482,13 @@ def evaluate_calibrator(
     # analysis only, from the true labels of the loaded graph (outside the calibrator's CalibrationGraph)
     homophily_bins = homophily_json(homophily_summary(test_probs.numpy(), y_test.numpy(),
                                                       nodes_local_homophily(graph, test_idx)))
-    definition = row_definition(name, run.dataset, run.backbone, options)
     return {
         "dataset": run.dataset, "backbone": run.backbone, "calibrator": name,
         "split": run.split, "init": run.init, "fold": run.fold, "seed": run.seed(settings),
         **metrics, "fit_seconds": fit_seconds, "label_rate": settings.label_rate, **audit,
         "backbone_digest": context.backbone_digest, "figure_bins": figure_bins, **context.definition,
         "one_class_backbone": one_class_backbone(output, test_idx), "homophily_bins": homophily_bins,
-        CALIBRATOR_OPTIONS_COLUMN: definition.text, CALIBRATOR_DIGEST_COLUMN: definition.digest,
+        CALIBRATOR_OPTIONS_COLUMN: planned.definition, CALIBRATOR_DIGEST_COLUMN: planned.digest,
     }
 
 
@@ -465,8 +506,8 @@ def save_predictions(folder: Path, run: Run, calibrator: str, probs: np.ndarray,
 
 
 __all__ = [
-    "PROTOCOL_VERSION", "FittedCalibrator", "ProtocolSettings", "Run", "RunContext", "code_versions", "prepare_run",
-    "row_definition", "backbone_config", "backbone_digest", "backbone_options",
+    "PROTOCOL_VERSION", "FittedCalibrator", "PlannedCalibrator", "ProtocolSettings", "Run", "RunContext", "code_versions", "prepare_run",
+    "resolve_calibrator", "row_definition", "backbone_config", "backbone_digest", "backbone_options",
     "calibration_graph", "evaluate_calibrator", "fit_calibrator", "fit_calibrator_across_runs", "fits_across_runs",
     "load_graph", "make_runs", "nodes_local_homophily", "one_class_backbone", "run_definition", "run_split",
     "save_predictions", "train_run_backbone", "train_split_backbones",

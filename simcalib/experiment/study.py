@@ -7,6 +7,8 @@ A study is the GATS protocol over a set of benchmarks (datasets x backbones) and
     benchmarks: {datasets: [Cora, Citeseer], backbones: [GCN, GAT]}
     calibrators: all                 # or [UnCal, TS], or {TS: {lr: 0.01}, SimCalib: tuned}
     runs: {splits: 1, inits: 1, folds: 3, label_rate: 0.15}   # a count (0..n-1) or a list of indices
+                                     # per_dataset: {minesweeper: {inits: 1}}: a dataset's own splits, inits
+                                     # or folds (each key not given: the study's)
                                      # label_rate: one rate, or a list (a sweep: every benchmark at each rate)
                                      # generated_splits: false (true: splits beyond the fixed files are drawn)
                                      # batch_runs: false (true: a split's backbones trained as one batched
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +68,18 @@ class BenchmarksSpec(_Strict):
 LabelRate = Annotated[float, Field(gt=0.0, lt=1.0)]
 
 
+Indices = int | list[int]  # a count (0..n-1) or a list of indices
+
+
+class DatasetRunsSpec(_Strict):
+    """One dataset's own runs (``runs.per_dataset``): each key given replaces the study's for that dataset's
+    benchmarks; a key not given is the study's."""
+
+    splits: Indices | None = None
+    inits: Indices | None = None
+    folds: Indices | None = None
+
+
 class RunsSpec(_Strict):
     splits: int | list[int] = 5
     inits: int | list[int] = 5
@@ -74,6 +89,7 @@ class RunsSpec(_Strict):
     batch_runs: bool = False  # train a split's backbones as one batched model (another stream, cached apart)
     models_per_batch: int | None = Field(default=None, ge=1)  # with batch_runs: at most this many per batch
     batch_calibrators: bool = False  # fit the stackable calibrators on a split's runs together (cached apart)
+    per_dataset: dict[str, DatasetRunsSpec] = Field(default_factory=dict)  # a dataset's own splits, inits, folds
 
 
 class DataSpec(_Strict):
@@ -204,6 +220,8 @@ class Study:
     inits: list[int]
     folds: list[int]
     label_rates: list[float] = field(default_factory=lambda: [0.15])
+    # dataset -> its own (splits, inits, folds) from ``runs.per_dataset``; a dataset not here runs the study's
+    dataset_runs: dict[str, tuple[list[int], list[int], list[int]]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -235,8 +253,15 @@ class Study:
             return self.output / f"label_rate_{label_rate:g}" / f"{dataset}_{backbone}"
         return self.output / f"{dataset}_{backbone}"
 
-    def runs_per_benchmark(self) -> int:
-        return len(self.splits) * len(self.inits) * len(self.folds)
+    def runs_of(self, dataset: str) -> tuple[list[int], list[int], list[int]]:
+        """The (splits, inits, folds) of ``dataset``'s benchmarks: its ``runs.per_dataset`` entry, else the
+        study's."""
+        return self.dataset_runs.get(dataset, (self.splits, self.inits, self.folds))
+
+    def runs_per_benchmark(self, dataset: str | None = None) -> int:
+        """The runs of one benchmark of ``dataset`` (None: of a dataset without a ``runs.per_dataset`` entry)."""
+        splits, inits, folds = self.runs_of(dataset) if dataset is not None else (self.splits, self.inits, self.folds)
+        return len(splits) * len(inits) * len(folds)
 
     def settings(self, label_rate: float | None = None):
         """The :class:`simcalib.experiment.protocol.ProtocolSettings` of the study's runs at ``label_rate`` (default: its
@@ -323,8 +348,13 @@ def _format_validation(exc: ValidationError, source: str, lines: dict[Path_, int
 
 def _valid_keys(path: Path_) -> list[str]:
     model: type[BaseModel] = StudySpec
-    for key in path:
+    keys = iter(path)
+    for key in keys:
         annotation = model.model_fields[str(key)].annotation if str(key) in model.model_fields else None
+        if typing.get_origin(annotation) is dict:  # a mapping of names to one model (runs.per_dataset)
+            annotation = typing.get_args(annotation)[1]
+            if next(keys, None) is None:
+                return []
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             model = annotation
         else:
@@ -332,13 +362,38 @@ def _valid_keys(path: Path_) -> list[str]:
     return list(model.model_fields)
 
 
-def _indices(value: int | list[int], key: str, study_where) -> list[int]:
+def _indices(value: int | list[int], key: str, study_where, at: Path_ = ("runs",)) -> list[int]:
     indices = list(range(value)) if isinstance(value, int) else list(value)
     if not indices:
-        raise ConfigError(f"{study_where(('runs', key))}: selects no {key}; give a count >= 1 or a list")
+        raise ConfigError(f"{study_where((*at, key))}: selects no {key}; give a count >= 1 or a list")
     if any(i < 0 for i in indices) or len(set(indices)) != len(indices):
-        raise ConfigError(f"{study_where(('runs', key))}: indices must be distinct and >= 0, got {indices}")
+        raise ConfigError(f"{study_where((*at, key))}: indices must be distinct and >= 0, got {indices}")
+    if key == "folds" and max(indices) >= N_FOLDS:
+        raise ConfigError(f"{study_where((*at, key))}: folds are 0..{N_FOLDS - 1} (the protocol has {N_FOLDS} "
+                          f"labelled folds), got {indices}")
     return indices
+
+
+def _check_dataset_runs(study: Study) -> None:
+    """``runs.per_dataset``: each key one of the study's datasets (matched case-insensitively, named once), each
+    value's indices checked as the study's are."""
+    from simcalib.errors import UnknownNameError, resolve_name
+
+    study.dataset_runs = {}
+    for key, runs in study.spec.runs.per_dataset.items():
+        at = ("runs", "per_dataset", key)
+        try:
+            dataset = resolve_name(key, study.datasets, "dataset")
+        except UnknownNameError as exc:
+            raise ConfigError(f"{study.where(at)}: {exc}; a key of runs.per_dataset is a dataset of "
+                              "benchmarks.datasets") from None
+        if dataset in study.dataset_runs:
+            raise ConfigError(f"{study.where(at)}: {dataset} has two runs.per_dataset entries; keep one")
+        given = {k: _indices(v, k, study.where, at) for k, v in runs.model_dump().items() if v is not None}
+        if not given:
+            raise ConfigError(f"{study.where(at)}: names none of splits, inits, folds; give one or remove the entry")
+        study.dataset_runs[dataset] = (given.get("splits", study.splits), given.get("inits", study.inits),
+                                       given.get("folds", study.folds))
 
 
 def _label_rates(value: float | list[float], study_where) -> list[float]:
@@ -425,9 +480,9 @@ def probe_external(name: str, dataset: str, backbone: str, options: dict, probed
 
 
 def _calibrator_plan(study: Study, path: Path_, name: str, options: Any, resolve, canonical) -> CalibratorPlan:
-    from simcalib.calibrators import CALIBRATORS
+    from simcalib.calibrators import calibrator_entry
 
-    tuned_name = CALIBRATORS[name].tuned_from  # e.g. SimCalib_tuned: the study reads SimCalib's tuned options
+    tuned_name = calibrator_entry(name).tuned_from  # e.g. SimCalib_tuned: the study reads SimCalib's tuned options
     if options is None:
         return CalibratorPlan(name, tuned_from=tuned_name, key=path)
     if isinstance(options, dict):
@@ -469,10 +524,8 @@ def study_from_dict(data: dict, source: str = "<study>", lines: dict[Path_, int]
     study.inits = _indices(spec.runs.inits, "inits", study.where)
     study.folds = _indices(spec.runs.folds, "folds", study.where)
     study.label_rates = _label_rates(spec.runs.label_rate, study.where)
-    if max(study.folds) >= N_FOLDS:
-        raise ConfigError(f"{study.where(('runs', 'folds'))}: folds are 0..{N_FOLDS - 1} (the protocol has "
-                          f"{N_FOLDS} labelled folds), got {study.folds}")
     _check_names(study)
+    _check_dataset_runs(study)
     _check_paths(study)
     return study
 

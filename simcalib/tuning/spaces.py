@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from simcalib.calibrators import CALIBRATORS, canonical_calibrator
+from simcalib.calibrators import calibrator_entry, canonical_calibrator
 from simcalib.errors import ConfigError, UnknownNameError
 
 DEFAULT_SPACES_FILE = "study/search_spaces.yaml"
@@ -107,7 +107,7 @@ def spaces_path(path: str | os.PathLike | None = None) -> Path:
 def calibrator_option_names(calibrator: str) -> list[str]:
     """Keyword options the calibrator's constructor accepts (following ``**kwargs`` up to the base class)."""
     names: list[str] = []
-    for cls in CALIBRATORS[canonical_calibrator(calibrator)].cls.__mro__:
+    for cls in calibrator_entry(calibrator).cls.__mro__:
         if "__init__" not in cls.__dict__:
             continue
         parameters = list(inspect.signature(cls.__dict__["__init__"]).parameters.values())
