@@ -284,7 +284,9 @@ class StudyPlan:
                  f"  counts       {len(self.benchmarks)} benchmarks, {len(calibrators)} calibrators, {runs} runs "
                  f"({self.runs_per_benchmark} per benchmark): {runs} pretrain + {tasks} calibrate tasks",
                  f"  runner       {execution.runner} x {execution.workers}"
-                 + (f" at {execution.address}" if execution.address else ""),
+                 + (f" at {execution.address}" if execution.address else "")
+                 + (f"; granularity {execution.granularity}" if execution.granularity != "auto" else "")
+                 + (f"; {execution.runs_per_device} runs in flight per device" if execution.runs_per_device else ""),
                  f"  output       {self.output}; tracking {execution.tracking_uri} (experiment {execution.experiment})"]
         seen: set[tuple[str, float]] = set()
         for benchmark in self.benchmarks:  # one line per dataset and rate: the backbones share their splits

@@ -498,3 +498,26 @@ def test_rows_of_another_machines_backbone_refuse_this_ones_until_the_run_is_for
     pd.testing.assert_frame_equal(numbers(pd.read_csv(results)), numbers(reference.results))
 
 
+
+
+def test_a_study_on_devices_runs_one_task_per_run_with_the_rows_of_the_per_calibrator_tasks(
+        reference, study_env, monkeypatch):
+    """Two (fake) devices with three runs in flight each: a run unit per run (its backbone and its four calibrators)
+    in place of 3 + 12 tasks, and the rows of the reference study's per-calibrator tasks, bit for bit."""
+    import torch
+
+    from flows.study import study_flow
+    from simcalib.experiment.schedule import FAKE_DEVICES_ENV
+
+    monkeypatch.setenv(FAKE_DEVICES_ENV, "2")
+    path = study_env.write("devices", runner={"runs_per_device": 3})
+    threads = torch.get_num_threads()
+    try:
+        result = study_flow(str(path))
+    finally:
+        torch.set_num_threads(threads)
+    assert result["granularity"] == "run"
+    assert result["tasks"] == {"pretrain": {"computed": 0, "failed": 0}, "calibrate": {"computed": 0, "failed": 0},
+                               "run": {"computed": 3, "failed": 0}}
+    rows = pd.read_csv(result["benchmarks"][0]["results"])
+    pd.testing.assert_frame_equal(numbers(rows), numbers(reference.results))
