@@ -316,7 +316,7 @@ def test_a_unit_with_a_device_index_trains_on_that_cuda_device_and_on_the_cpu_st
     assert unit_settings(unit).device == "cpu"  # a fake device count on the CPU computes on the CPU
     on_cuda = dataclasses.replace(benchmark, settings=dataclasses.replace(benchmark.settings, device="cuda"))
     assert unit_settings(dataclasses.replace(unit, plan=on_cuda)).device == "cuda:1"
-    assert unit.name == "run-Cora-GCN-s0-i0-f0-cuda1"
+    assert unit.name == "run-Cora-GCN-s0-i0-f0-device1"
 
 
 @pytest.mark.parametrize("runner,message", [

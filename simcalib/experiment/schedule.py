@@ -178,7 +178,7 @@ class Unit:
             return f"pretrain-{'split-' if len(self.runs) > 1 else ''}{where}"
         if self.kind == CALIBRATE:
             return f"calibrate-{'runs-' if self.together else ''}{self.calibrators[0]}-{where}"
-        return f"run-{where}" + (f"-cuda{self.device}" if self.device is not None else "")
+        return f"run-{where}" + (f"-device{self.device}" if self.device is not None else "")
 
     def describe(self) -> str:
         """In words, for failure lines: ``calibrate Cora_GCN_s0_i0_f1 TS``."""

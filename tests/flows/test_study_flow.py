@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 from shared_paths import PROJECT_ROOT
 from study_helpers import TASKS_LINE, TINY_CALIBRATORS, numbers
 
-from simcalib.experiment.protocol import ProtocolSettings, Run
+from simcalib.experiment.protocol import ProtocolSettings
 from simcalib.store.results_store import RESULT_COLUMNS
 
 
