@@ -100,13 +100,14 @@ gpu-check: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
-# The headline study on one CUDA device (benchmarks/gpu/gpu_study.py; not in `make test`): study/offline.yaml with
-# device cuda and GPU_STUDY_WORKERS task processes sharing the device, into GPU_STUDY_OUT; prints the wall time, runs
-# per minute, device memory and utilisation. Without CUDA: one line, exit status 2.
+# The headline study on the CUDA devices (benchmarks/gpu/gpu_study.py; not in `make test`): study/offline.yaml with
+# device cuda, a task per run and GPU_STUDY_RUNS_PER_DEVICE runs in flight per device (task_runner.runs_per_device),
+# into GPU_STUDY_OUT; prints the wall time, runs per minute, device memory and utilisation. Without CUDA: one line,
+# exit status 2.
 GPU_STUDY_OUT ?= results/gpu
-GPU_STUDY_WORKERS ?= 4
+GPU_STUDY_RUNS_PER_DEVICE ?= 4
 gpu-study: install
-	$(PY) benchmarks/gpu/gpu_study.py --out $(GPU_STUDY_OUT) --workers $(GPU_STUDY_WORKERS)
+	$(PY) benchmarks/gpu/gpu_study.py --out $(GPU_STUDY_OUT) --runs-per-device $(GPU_STUDY_RUNS_PER_DEVICE)
 
 clean:
 	rm -rf .cache .prefect results site

@@ -12,6 +12,10 @@
   project at the same commit, the study's output folder shared at the same absolute path and the mirror and
   split files readable; docs/orchestration.md, "Running on a Dask cluster"), or else a ``LocalCluster`` of
   single-threaded worker processes listening on 127.0.0.1 only.
+
+What runs on the runner is decided by the library's schedule (:mod:`simcalib.experiment.schedule`): on CUDA devices
+the study's tasks are one per run, K in flight per device (``task_runner.runs_per_device``), and the flow gives
+the runner as many workers as runs in flight (devices x K, ``flows.study._runner_spec``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ LAYERS = [
                   "simcalib.analysis.plots"]),
     ("protocol", ["simcalib.experiment.study", "simcalib.experiment.plan", "simcalib.experiment.protocol", "simcalib.experiment.splits", "simcalib.experiment.executor",
                   "simcalib.experiment.needs", "simcalib.experiment.shift",
-                  "simcalib.experiment.node_runs", "simcalib.experiment.ledger"]),
+                  "simcalib.experiment.node_runs", "simcalib.experiment.ledger", "simcalib.experiment.schedule"]),
     ("tuning and report", ["simcalib.tuning", "simcalib.report"]),
     ("commands", ["simcalib.commands", "simcalib.cli"]),
 ]

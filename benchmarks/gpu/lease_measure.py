@@ -7,15 +7,18 @@ about 6 minutes, so a rerun still fits in 15 minutes of device time):
 1. **torch with CUDA**: checked; where it is missing, :func:`install_commands` gives the pip lines, which are
    printed, run (``--install``) and timed.
 2. **A sample of runs of every benchmark** of the study file (``--runs``, default 6, the first runs of each
-   benchmark's plan), each run one task (its backbone trained on the device, then every calibrator of the
-   study fitted and evaluated there), with K runs in flight for each K of ``--k`` (default 1,2,4): K worker
-   processes share the device, each takes the next run from a queue. A fresh backbone cache per (benchmark,
-   K) cell, so every backbone is trained. Each cell gets an equal share of the time left; once its share is
+   benchmark's plan, with ``backbone: {attention: auto}``: GATConv on CUDA), each run one unit of the library's
+   schedule (:class:`simcalib.experiment.schedule.Schedule` with ``granularity: run``; its backbone trained on the
+   device, then every calibrator of the study fitted and evaluated there), with K runs in flight per device for
+   each K of ``--k`` (default 1,4,8, the study's ``task_runner.runs_per_device``): the schedule gives each run a
+   device index in turn, never more than K on a device, and a pool of devices x K worker processes computes them.
+   A fresh backbone cache and results folder per (benchmark, K) cell, so every backbone is trained. Each cell gets an equal share of the time left; once its share is
    spent no further run of the cell starts (its first K runs always start), and the cell's throughput is its
    finished runs over its wall time. Every K is measured on a benchmark before the next benchmark; a cell
    whose turn comes after the budget is skipped and named in the report.
 3. **Runs per minute** per benchmark and K, device memory (``torch.cuda.max_memory_allocated`` per worker)
-   and utilisation (``nvidia-smi`` sampled once a second, where present), and the whole study's projected
+   and utilisation (``nvidia-smi`` sampled once a second, where present), CUDA MPS as found (used where its
+   daemon runs, never required), and the whole study's projected
    wall time on one device: for each K, the sum over benchmarks of (the benchmark's runs in the study) /
    (its runs per minute), against one hour.
 
@@ -91,67 +94,65 @@ def ensure_torch(install: bool, log) -> float:
     return time.perf_counter() - start
 
 
-def device_of(worker: int, devices: int, cpu: bool) -> str:
-    """The device worker ``worker`` trains on: workers spread over ``devices`` devices in turn."""
-    return "cpu" if cpu else f"cuda:{worker % devices}"
+def device_of(index: int, devices: int, cpu: bool) -> str:
+    """The device of the ``index``-th run in flight: the schedule hands device indices out in turn."""
+    return "cpu" if cpu else f"cuda:{index % devices}"
 
 
 # ---- worker processes -------------------------------------------------------------------------------------------
 
-_WORKER: dict = {}
-
-
-def _init_worker(slots, threads: int) -> None:
+def _init_worker(threads: int, cuda: bool) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    _WORKER["device"] = slots.get()  # each worker takes one device slot for its life
-    if _WORKER["device"].startswith("cuda"):
-        torch.cuda.set_device(torch.device(_WORKER["device"]))
-        torch.zeros(1, device=_WORKER["device"])  # CUDA context created here, not charged to the first run
+    if cuda:
+        for index in range(torch.cuda.device_count()):
+            torch.zeros(1, device=f"cuda:{index}")  # CUDA contexts created here, not charged to the first run
     import simcalib.experiment.plan  # noqa: F401  (the library's imports, not charged to the first run either)
-    import simcalib.experiment.protocol  # noqa: F401
+    import simcalib.experiment.schedule  # noqa: F401
 
 
-def _ready(_: int) -> str:
-    """A no-op task that holds its worker half a second, so that K of them reach K distinct workers."""
+def _ready(_: int) -> int:
+    """A no-op task that holds its worker half a second, so that every worker of a pool starts."""
     time.sleep(0.5)
-    return _WORKER.get("device", "cpu")
+    return os.getpid()
 
 
-def run_task(task: dict) -> dict:
-    """One run of one benchmark on this worker's device: its backbone, then every calibrator."""
+def run_task(unit) -> dict:
+    """One run unit (its backbone, then every calibrator) on the unit's device, timed; the unit's result with the
+    timings."""
     import torch
 
-    from simcalib.experiment.plan import plan_one_benchmark
-    from simcalib.experiment.protocol import evaluate_calibrator, train_run_backbone
+    from simcalib.experiment.schedule import compute_unit, unit_settings
 
-    device = _WORKER.get("device", "cpu")
-    key = (task["study"], task["dataset"], task["backbone"])
-    if key not in _WORKER:  # one plan per benchmark and worker
-        _WORKER[key] = plan_one_benchmark(*key, overrides={"device": device})
-    plan = _WORKER[key]
-    run = plan.runs[task["run"]]
-    settings = dataclasses.replace(plan.settings, cache_dir=task["cache_dir"])
-    if task.get("max_epochs"):
-        overrides_now = dict(settings.backbone_overrides) | {"max_epochs": task["max_epochs"]}
-        settings = dataclasses.replace(settings, backbone_overrides=tuple(sorted(overrides_now.items())))
-    chosen = [(c.name, c.options_dict) for c in plan.calibrators
-              if not task.get("calibrators") or c.name in task["calibrators"]]
+    device = unit_settings(unit).device
     cuda = device.startswith("cuda")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
     if cuda:
-        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
-    output = train_run_backbone(run, settings)
+    result = compute_unit(unit)
     sync()
-    backbone_seconds = time.perf_counter() - start
-    for name, options in chosen:
-        evaluate_calibrator(run, settings, name, options, output)
-    sync()
-    return {"seconds": time.perf_counter() - start, "backbone_seconds": backbone_seconds, "epochs": output.epochs,
-            "calibrators": len(chosen), "device": device, "pid": os.getpid(), "torch_threads": torch.get_num_threads(),
-            "max_memory_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}
+    (stats,) = result["backbones"]
+    return {**result, "seconds": time.perf_counter() - start, "backbone_seconds": stats["train_seconds"],
+            "epochs": stats["epochs"], "calibrators": len(unit.calibrators), "device": device, "pid": os.getpid(),
+            "torch_threads": torch.get_num_threads(),
+            "max_memory_mib": torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None}
+
+
+def sample_plan(study: Path, dataset: str, backbone: str, runs: int, device: str, options: dict):
+    """The first ``runs`` runs of the benchmark's plan on ``device`` (``attention: auto``), the chosen calibrators,
+    backbone epochs capped by ``options["max_epochs"]`` when given."""
+    from simcalib.experiment.plan import plan_one_benchmark
+
+    plan = plan_one_benchmark(study, dataset, backbone, overrides={"device": device, "backbone": {"attention": "auto"}})
+    settings = plan.settings
+    if options.get("max_epochs"):
+        overrides_now = dict(settings.backbone_overrides) | {"max_epochs": options["max_epochs"]}
+        settings = dataclasses.replace(settings, backbone_overrides=tuple(sorted(overrides_now.items())))
+    chosen = tuple(c for c in plan.calibrators if not options.get("calibrators") or c.name in options["calibrators"])
+    return dataclasses.replace(plan, settings=settings, runs=plan.runs[:runs], seeds=plan.seeds[:runs],
+                               calibrators=chosen)
 
 
 # ---- device sampling --------------------------------------------------------------------------------------------
@@ -214,34 +215,39 @@ def study_benchmarks(study: Path, chosen: list[str] | None) -> list[tuple[str, s
     return picked
 
 
-def measure_cell(pool, sampler_cls, study: Path, dataset: str, backbone: str, runs: int, k: int, seconds: float,
-                 options: dict) -> dict:
-    """Runs of one benchmark with ``k`` in flight until ``runs`` are done or ``seconds`` are spent."""
-    with tempfile.TemporaryDirectory(prefix="lease-cache-") as cache, sampler_cls() as sampler:
-        tasks = [{"study": str(study), "dataset": dataset, "backbone": backbone, "run": r, "cache_dir": cache,
-                  **options} for r in range(runs)]
+def measure_cell(pool, sampler_cls, plan, k: int, devices: int, seconds: float) -> dict:
+    """Runs of the sample ``plan`` as run units of the library's schedule, K in flight per device, until every run
+    is done or ``seconds`` are spent (no run starts after that; the first ones always start)."""
+    from simcalib.experiment.schedule import Schedule, device_layout
+
+    with tempfile.TemporaryDirectory(prefix="lease-cell-") as folder, sampler_cls() as sampler:
+        cell_plan = dataclasses.replace(plan, out_dir=Path(folder) / "results",
+                                        settings=dataclasses.replace(plan.settings, cache_dir=str(Path(folder) / "cache")))
+        layout = device_layout(plan.settings.device, "run", runs_per_device=k, devices=devices)
+        schedule = Schedule([cell_plan], layout)
         start = time.perf_counter()
-        pending, results, next_task = [], [], 0
-        while next_task < len(tasks) or pending:
-            while next_task < len(tasks) and len(pending) < k and (time.perf_counter() - start < seconds
-                                                                   or not results and not pending):
-                pending.append(pool.apply_async(run_task, (tasks[next_task],)))
-                next_task += 1
+        pending, results = {}, []
+        while True:
+            if time.perf_counter() - start < seconds or not results and not pending:
+                pending.update({pool.apply_async(run_task, (unit,)): unit for unit in schedule.submit()})
             if not pending:
                 break
             done = [p for p in pending if p.ready()]
             for p in done:
-                results.append(p.get())
-                pending.remove(p)
+                result = p.get()
+                schedule.finished(pending.pop(p), result)  # rows through the ledger into the cell's results.csv
+                results.append(result)
             if not done:
                 time.sleep(0.05)
         wall = time.perf_counter() - start
     memories = [r["max_memory_mib"] for r in results if r["max_memory_mib"] is not None]
-    return {"dataset": dataset, "backbone": backbone, "k": k, "runs_planned": runs, "runs_done": len(results),
-            "wall_seconds": wall, "runs_per_minute": len(results) / wall * 60 if wall > 0 else None,
+    return {"dataset": plan.dataset, "backbone": plan.backbone, "k": k, "runs_planned": len(plan.runs),
+            "runs_done": len(results), "wall_seconds": wall,
+            "runs_per_minute": len(results) / wall * 60 if wall > 0 else None,
             "run_seconds_mean": sum(r["seconds"] for r in results) / len(results),
             "backbone_seconds_mean": sum(r["backbone_seconds"] for r in results) / len(results),
             "epochs_mean": sum(r["epochs"] for r in results) / len(results),
+            "devices_used": sorted({r["device"] for r in results}),
             "max_memory_mib": max(memories) if memories else None, **sampler.summary()}
 
 
@@ -265,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--study", type=Path, default=PROJECT_ROOT / "study" / "offline.yaml")
     parser.add_argument("--benchmarks", help="comma list, e.g. Cora:GCN,Physics (default: every benchmark of the study)")
     parser.add_argument("--runs", type=int, default=6, help="sample of runs per benchmark and K (default 6)")
-    parser.add_argument("--k", default="1,2,4", help="runs in flight per device, comma list (default 1,2,4)")
+    parser.add_argument("--k", default="1,4,8", help="runs in flight per device (task_runner.runs_per_device), comma "
+                                                     "list (default 1,4,8)")
     parser.add_argument("--budget-seconds", type=float, default=300.0,
                         help="time for all the cells together (default 300); each cell gets an equal share of what "
                              "is left, a cell whose turn comes after the budget is skipped")
@@ -310,8 +317,12 @@ def main(argv: list[str] | None = None) -> int:
                                                 if not args.dry_run_cpu else " (dry run)"))
     log(f"study {args.study.name}: {len(benchmarks)} benchmarks, {sum(n for *_, n in benchmarks)} runs; sample "
         f"{args.runs} runs per benchmark and K, K in {ks}, budget {args.budget_seconds:.0f} s")
-    log(f"devices: workers spread over {devices} device(s): "
-        f"{', '.join(device_of(w, devices, args.dry_run_cpu) for w in range(max(ks)))}")
+    from simcalib.experiment.schedule import mps_status
+
+    log(f"devices: runs in flight spread over {devices} device(s) in turn: "
+        f"{', '.join(device_of(w, devices, args.dry_run_cpu) for w in range(max(ks) * devices))}; "
+        f"{'CUDA MPS not used (dry run)' if args.dry_run_cpu else mps_status()}")
+    device = "cpu" if args.dry_run_cpu else "cuda"
     cells: list[dict] = []
     skipped: list[str] = []
     context = mp.get_context("spawn")  # CUDA in the workers: never fork a process that holds a context
@@ -319,26 +330,25 @@ def main(argv: list[str] | None = None) -> int:
     total_cells = len(ks) * len(benchmarks)
     pools = {}
     try:
-        for k in ks:  # one pool of K workers per K, alive for the whole measurement (spawned once, CUDA warm)
-            slots = context.Queue()
-            for w in range(k):
-                slots.put(device_of(w, devices, args.dry_run_cpu))
-            threads = args.threads or max(1, cores // k)
-            pools[k] = context.Pool(k, initializer=_init_worker, initargs=(slots, threads))
+        for k in ks:  # one pool of devices x K workers per K, alive for the whole measurement (spawned once)
+            workers = devices * k
+            threads = args.threads or max(1, cores // workers)
+            pools[k] = context.Pool(workers, initializer=_init_worker, initargs=(threads, not args.dry_run_cpu))
         warm = time.perf_counter()
         for k, pool in pools.items():  # every worker started and initialised before the first cell
-            pool.map(_ready, range(k), chunksize=1)
-        log(f"workers: {sum(ks)} started in {time.perf_counter() - warm:.1f} s (spawn, CUDA context, imports)")
+            pool.map(_ready, range(devices * k), chunksize=1)
+        log(f"workers: {sum(devices * k for k in ks)} started in {time.perf_counter() - warm:.1f} s (spawn, CUDA "
+            "context, imports)")
         cells_began = time.perf_counter()  # the budget is the cells'
         for dataset, backbone, _ in benchmarks:  # every K on one benchmark before the next benchmark
+            plan = sample_plan(args.study, dataset, backbone, args.runs, device, options)
             for k in ks:
                 left = args.budget_seconds - (time.perf_counter() - cells_began)
                 if left <= 0:
                     skipped.append(f"{dataset}:{backbone} K={k}")
                     continue
                 share = left / (total_cells - len(cells) - len(skipped))
-                cell = measure_cell(pools[k], DeviceSampler, args.study, dataset, backbone, args.runs, k, share,
-                                    options)
+                cell = measure_cell(pools[k], DeviceSampler, plan, k, devices, share)
                 cells.append(cell)
                 log(f"  K={k} {dataset:<10}{backbone:<4} {cell['runs_done']}/{args.runs} runs in "
                     f"{cell['wall_seconds']:6.1f} s: {cell['runs_per_minute']:6.2f} runs/min; run "

@@ -69,6 +69,14 @@ every committed result used), or "csr", :class:`~simcalib.backbones.gat_attentio
 equations, parameters and random draws with per-edge tensors of one scalar per head; faster and smaller on
 large graphs on CPU, ``reports/performance/README.md``)."""
 DEFAULT_ATTENTION = "pyg"
+AUTO_ATTENTION = "auto"
+"""A setting (``backbone: {attention: auto}``) resolved per device by :func:`attention_for`."""
+
+
+def attention_for(device: str | torch.device) -> str:
+    """The attention kernel measured faster on ``device``: "csr" on the CPU (``reports/performance/README.md``),
+    torch_geometric's ``GATConv`` ("pyg") elsewhere (on CUDA 1.9x faster an epoch than "csr", docs/decisions.md)."""
+    return "csr" if torch.device(device).type == "cpu" else "pyg"
 
 
 class GAT(nn.Module):

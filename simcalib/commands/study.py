@@ -209,8 +209,9 @@ def print_outcome(result: dict) -> None:
     if summaries:
         print_summary(pd.concat(summaries, ignore_index=True))
     tasks = result["tasks"]
+    runs = f"run {tasks['run']['computed']} computed; " if "run" in tasks else ""  # a task per run (on devices)
     print(f"\ntasks: pretrain {tasks['pretrain']['computed']} computed; calibrate {tasks['calibrate']['computed']} "
-          f"computed; {result.get('rows_found', 0)} rows already in results.csv (not computed again)")
+          f"computed; {runs}{result.get('rows_found', 0)} rows already in results.csv (not computed again)")
     if result.get("complete_before"):
         print(f"complete before this run (rows read from results.csv, no task submitted): "
               f"{', '.join(result['complete_before'])}")

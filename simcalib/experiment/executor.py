@@ -1,14 +1,17 @@
-"""One benchmark run from its plan, and the process pool its runs may use.
+"""One benchmark run from its plan, and the process pool its units may use.
 
-:func:`run_planned_benchmark` chains the protocol's units (:mod:`simcalib.experiment.protocol`) over the runs of one
-:class:`~simcalib.experiment.plan.BenchmarkPlan`, appending each run's rows to ``results.csv``
-(:mod:`simcalib.store.results_store`) as soon as they exist, so an interrupted benchmark keeps what it computed and
+:func:`run_planned_benchmark` drives the schedule of one :class:`~simcalib.experiment.plan.BenchmarkPlan`
+(:class:`~simcalib.experiment.schedule.Schedule`, the one the study flow drives too) over the benchmark's missing
+work: a unit per run (its backbone and its calibrators), a split's batched backbones first with
+``settings.batch_runs``, a split's fitted-together calibrators once its runs' backbones are there. Each unit's
+rows are appended to ``results.csv`` as soon as it returns, so an interrupted benchmark keeps what it computed and
 a restart skips it (what is finished is what :func:`~simcalib.experiment.ledger.read_ledger` finds there, as for a
 study); :func:`run_benchmark` plans a :class:`BenchmarkRequest` first.
 
-:func:`in_processes` yields ``function(*task)`` of every task as it finishes. Workers are spawned (torch and
-fork do not mix safely), take the caller's warning filters, exit when the parent dies, and are stopped as
-soon as the caller stops reading (interrupted, a task failed, or it left early), so nothing runs on unseen.
+:func:`drive` computes a schedule's units in this process or in a pool of spawned processes, and
+:func:`in_processes` yields ``function(*task)`` of a fixed list of tasks as each finishes. Workers are spawned (torch
+and fork do not mix safely), take the caller's warning filters, exit when the parent dies, and are stopped as soon
+as the caller stops reading (interrupted, a task failed, or it left early), so nothing runs on unseen.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,23 +32,12 @@ import pandas as pd
 import torch
 
 from simcalib.errors import ConfigError
-from simcalib.experiment.ledger import BackboneMismatchError, read_ledger
+from simcalib.experiment.ledger import BackboneMismatchError
 from simcalib.experiment.plan import BenchmarkPlan, plan_benchmark
-from simcalib.experiment.protocol import (
-    FittedCalibrator,
-    PlannedCalibrator,
-    ProtocolSettings,
-    Run,
-    evaluate_calibrator,
-    fit_calibrator_across_runs,
-    fits_across_runs,
-    prepare_run,
-    train_run_backbone,
-    train_split_backbones,
-)
-from simcalib.store.integrity import finished_run, results_lock
+from simcalib.experiment.protocol import ProtocolSettings
+from simcalib.experiment.schedule import RUN, Outcome, Schedule, compute_unit, device_layout, plan_kind
+from simcalib.store.integrity import results_lock
 from simcalib.store.results_store import (
-    append_rows,
     check_results_file,
     check_resume_source,
     copy_finished_rows,
@@ -92,15 +84,9 @@ def in_processes(function: Callable, tasks: Sequence[tuple], workers: int) -> It
         for future in as_completed(futures):
             yield future.result()
     except BaseException:
-        # Interrupted, a task failed or the caller stopped early: what finished is already with the caller;
-        # stop the tasks in flight now instead of waiting for them, and start no other.
-        processes = list(getattr(pool, "_processes", {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            process.terminate()
+        _stop(pool)
         raise
     pool.shutdown()
-
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -118,84 +104,45 @@ class BenchmarkRequest:
     calibrator_options: dict[str, dict] = field(default_factory=dict)
 
 
-def _run_calibrators(run: Run, settings: ProtocolSettings, calibrators: Sequence[str],
-                     entries: dict[str, PlannedCalibrator], predictions_dir: Path | None) -> list[dict]:
-    """One run: its backbone (cached), prepared once (:func:`~simcalib.experiment.protocol.prepare_run`), and the
-    result rows of ``calibrators`` (names of the plan's ``entries``) on it."""
-    context = prepare_run(run, settings)
-    return [evaluate_calibrator(run, settings, entries[c], None, context.output, predictions_dir, context=context)
-            for c in calibrators]
-
-
-def _split_groups(jobs: Sequence[tuple[Run, list[str]]]) -> list[list[tuple[Run, list[str]]]]:
-    """The jobs with work to do, grouped by split (the runs whose backbones train together), in job order."""
-    groups: dict[int, list] = {}
-    for run, todo in jobs:
-        if todo:
-            groups.setdefault(run.split, []).append((run, todo))
-    return list(groups.values())
-
-
-def _run_split_group(group: Sequence[tuple[Run, list[str]]], settings: ProtocolSettings,
-                     entries: dict[str, PlannedCalibrator],
-                     predictions_dir: Path | None, models_per_batch: int | None = None,
-                     batch_calibrators: bool = False) -> Iterator[list[dict]]:
-    """The runs of one split: their backbones (with ``settings.batch_runs`` trained together, else one at a
-    time; cached per run), then each run's calibrator rows, yielded run by run (so results.csv grows one run
-    at a time). With ``batch_calibrators`` every calibrator that :func:`fits_across_runs` is first fitted on
-    all the runs that need it at once; the rows are then yielded run by run all the same."""
-    runs = [run for run, _ in group]
-    if settings.batch_runs:
-        outputs = train_split_backbones(runs, settings, models_per_batch)
-    else:
-        outputs = [train_run_backbone(run, settings) for run in runs]
-    contexts = [prepare_run(run, settings, output) for run, output in zip(runs, outputs)]
-    fitted: dict[tuple[int, str], FittedCalibrator] = {}  # (position in group, calibrator) -> fitted model
-    if batch_calibrators:
-        names = list(dict.fromkeys(c for _, todo in group for c in todo if fits_across_runs(c)))
-        for name in names:
-            positions = [p for p, (_, todo) in enumerate(group) if name in todo]
-            models = fit_calibrator_across_runs([runs[p] for p in positions], settings, entries[name], None,
-                                                [outputs[p] for p in positions], [contexts[p] for p in positions])
-            fitted.update({(p, name): model for p, model in zip(positions, models)})
-    for position, ((run, todo), context) in enumerate(zip(group, contexts)):
-        yield [evaluate_calibrator(run, settings, entries[c], None, context.output, predictions_dir,
-                                   fitted.pop((position, c), None), context) for c in todo]
-
-
-def _split_group_rows(group, settings, entries, predictions_dir, models_per_batch=None,
-                      batch_calibrators=False) -> list[list[dict]]:
-    """:func:`_run_split_group` collected, for a worker process (which returns once)."""
-    return list(_run_split_group(group, settings, entries, predictions_dir, models_per_batch, batch_calibrators))
-
-
-def _batched_rows(jobs, settings, entries, predictions_dir, workers: int, models_per_batch: int | None,
-                  batch_calibrators: bool = False):
-    """Each job's rows (``[]`` for a job with nothing to do), the runs of a split together (their backbones
-    with ``settings.batch_runs``, their calibrators with ``batch_calibrators``); with ``workers`` > 1, one split
-    per worker process (one torch thread each)."""
-    groups = _split_groups(jobs)
-    for _ in range(len(jobs) - sum(len(g) for g in groups)):
-        yield []
+def drive(schedule: Schedule, workers: int = 1) -> Iterator[Outcome]:
+    """Compute the units of ``schedule`` and report each back (:meth:`~simcalib.experiment.schedule.Schedule.finished`),
+    yielding each :class:`~simcalib.experiment.schedule.Outcome` as its unit finishes: in this process one unit at a
+    time (``workers`` 1), else in ``workers`` spawned processes with one torch thread each (the layout that is
+    fastest for small graphs on few cores, and the same numbers as ``--threads 1``: the thread count is part of the
+    backbone's identity). A failed unit raises its error here, once the units in flight are stopped."""
     if workers == 1:
-        for group in groups:
-            yield from _run_split_group(group, settings, entries, predictions_dir, models_per_batch, batch_calibrators)
+        while not schedule.done:
+            units = schedule.submit()
+            if not units:
+                raise RuntimeError("the schedule has work left but no unit to start")  # a defect, not an input
+            for unit in units:
+                yield schedule.finished(unit, compute_unit(unit))
         return
-    tasks = [(g, settings, entries, predictions_dir, models_per_batch, batch_calibrators) for g in groups]
-    for rows_per_run in in_processes(_split_group_rows, tasks, workers):
-        yield from rows_per_run
+    context = multiprocessing.get_context("spawn")  # torch and fork do not mix safely
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=worker_init,
+                               initargs=(1, list(warnings.filters), os.getpid()))
+    futures: dict = {}
+    try:
+        while True:
+            futures.update({pool.submit(compute_unit, unit): unit for unit in schedule.submit()})
+            if not futures:
+                break
+            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for future in finished:
+                yield schedule.finished(futures.pop(future), future.result())
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown()
 
 
-def _rows_in_processes(jobs, settings, entries, predictions_dir, workers: int):
-    """Each job's result rows (``[]`` for a job with nothing to do), the runs computed in ``workers``
-    processes with one torch thread each (the layout that is fastest for small graphs on few cores, and the
-    same numbers as ``--threads 1``: the thread count is part of the backbone's identity), yielded as each
-    run finishes."""
-    pending = [(run, todo) for run, todo in jobs if todo]
-    for _ in range(len(jobs) - len(pending)):
-        yield []
-    yield from in_processes(_run_calibrators, [(run, settings, todo, entries, predictions_dir)
-                                               for run, todo in pending], workers)
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Interrupted, a task failed or the caller stopped early: what finished is already with the caller; stop the
+    tasks in flight now instead of waiting for them, and start no other."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
 
 
 def run_benchmark(
@@ -275,33 +222,24 @@ def _run_planned_locked(plan: BenchmarkPlan, save_predictions, progress, workers
         copy_finished_rows(Path(resume_from), results_path,
                            {result_key(r.dataset, r.backbone, c, r.split, r.init, r.fold, seed)
                             for r, seed in zip(runs, plan.seeds) for c in calibrators}, planned, definitions)
-    ledger = read_ledger(plan)  # what results.csv holds of the plan: the rows are the record
-    predictions_dir = out_dir / "predictions" if save_predictions else None
-    jobs = [(run, ledger.todo(run)) for run in runs]  # (run, calibrators still missing from results.csv)
-    entries = {entry.name: entry for entry in plan.calibrators}  # resolved once, by the plan
-    if settings.batch_runs or batch_calibrators:
-        rows_per_job = _batched_rows(jobs, settings, entries, predictions_dir, workers, models_per_batch,
-                                     batch_calibrators)
-    elif workers > 1:
-        rows_per_job = _rows_in_processes(jobs, settings, entries, predictions_dir, workers)
-    else:
-        rows_per_job = (_run_calibrators(run, settings, todo, entries, predictions_dir) if todo else []
-                        for run, todo in jobs)
-    with contextlib.closing(rows_per_job):  # an interruption stops the runs in flight
-        counted = Counted(rows_per_job, len(jobs))
-        for rows in progress(counted) if progress else counted:
-            # the parent alone writes results.csv, each run as it finishes; a row on another backbone than its
-            # run's rows there is not added (the ledger's rule)
-            append_rows(results_path, ledger.accept(rows))
-            if rows:
-                finished_run()  # the fault hook ($SIMCALIB_FAULT_KILL_AFTER)
-    if ledger.refused:
-        more = f" (and {len(ledger.refused) - 1} more rows)" if len(ledger.refused) > 1 else ""
-        raise BackboneMismatchError(f"{ledger.refused[0]}{more}")
+    # what results.csv holds of the plan (the rows are the record), the rest as units: one per run (its backbone,
+    # prepared once, and its calibrators), after its split's batched backbones with settings.batch_runs, and a
+    # split's fitted-together calibrators once its runs' backbones are there
+    layout = device_layout(settings.device, RUN, workers=workers, kinds=(plan_kind(plan),))
+    schedule = Schedule([plan], layout, batch_calibrators, models_per_batch, save_predictions)
+    outcomes = drive(schedule, layout.slots if layout.devices else workers)
+    with contextlib.closing(outcomes):  # an interruption stops the units in flight
+        counted = Counted(outcomes, schedule.units_planned)
+        for _ in progress(counted) if progress else counted:
+            pass  # each unit's rows are in results.csv once it is reported (the schedule appends them)
+    refused = schedule.refused
+    if refused:
+        more = f" (and {len(refused) - 1} more rows)" if len(refused) > 1 else ""
+        raise BackboneMismatchError(f"{refused[0]}{more}")
     results = read_results(results_path)
     wanted = (results["calibrator"].isin(calibrators) & (results["dataset"] == plan.dataset)
               & (results["backbone"] == plan.backbone))
     return results[wanted].reset_index(drop=True)
 
 
-__all__ = ["BenchmarkRequest", "Counted", "in_processes", "run_benchmark", "run_planned_benchmark", "worker_init"]
+__all__ = ["BenchmarkRequest", "Counted", "drive", "in_processes", "run_benchmark", "run_planned_benchmark", "worker_init"]

@@ -220,6 +220,16 @@ class ExecutionPlan:
     report: bool = True
     tracking_uri: str = ""
     experiment: str = ""
+    granularity: str = "auto"  # auto | run | calibrator (simcalib.experiment.schedule.device_layout)
+    runs_per_device: int | None = None  # runs in flight per device; None: the workers shared over the devices
+
+    def to_json(self) -> dict:
+        """The fields, the scheduling ones only when not their defaults (a plan without them keeps its digest)."""
+        data = dataclasses.asdict(self)
+        for key, default in (("granularity", "auto"), ("runs_per_device", None)):
+            if data[key] == default:
+                del data[key]
+        return data
 
 
 @dataclass(frozen=True)
@@ -286,7 +296,9 @@ class StudyPlan:
                  f"  counts       {len(self.benchmarks)} benchmarks, {len(calibrators)} calibrators, {runs} runs "
                  f"({self.describe_runs()}): {runs} pretrain + {tasks} calibrate tasks",
                  f"  runner       {execution.runner} x {execution.workers}"
-                 + (f" at {execution.address}" if execution.address else ""),
+                 + (f" at {execution.address}" if execution.address else "")
+                 + (f"; granularity {execution.granularity}" if execution.granularity != "auto" else "")
+                 + (f"; {execution.runs_per_device} runs in flight per device" if execution.runs_per_device else ""),
                  f"  output       {self.output}; tracking {execution.tracking_uri} (experiment {execution.experiment})"]
         seen: set[tuple[str, float]] = set()
         for benchmark in self.benchmarks:  # one line per dataset and rate: the backbones share their splits
@@ -331,7 +343,7 @@ class StudyPlan:
         return {"version": self.version, "name": self.name, "source": self.source, "seed": self.seed,
                 "splits": list(self.splits), "inits": list(self.inits), "folds": list(self.folds),
                 "label_rates": list(self.label_rates), "device": self.device, "output": str(self.output),
-                "execution": dataclasses.asdict(self.execution),
+                "execution": self.execution.to_json(),
                 "benchmarks": [b.to_json() for b in self.benchmarks],
                 # only when declared: a plan without them keeps its JSON and digest
                 **{key: value for key, value in (("shift", self.shift), ("conformal", self.conformal))
@@ -457,7 +469,8 @@ def plan_study(study: Study, data: bool = True) -> StudyPlan:
     execution = ExecutionPlan(runner=runner.kind, workers=runner.workers, address=runner.address,
                               torch_threads=runner.torch_threads, batch_calibrators=spec.runs.batch_calibrators,
                               models_per_batch=spec.runs.models_per_batch, save_predictions=spec.save_predictions,
-                              report=spec.report, tracking_uri=study.tracking_uri, experiment=study.experiment_name)
+                              report=spec.report, tracking_uri=study.tracking_uri, experiment=study.experiment_name,
+                              granularity=runner.granularity, runs_per_device=runner.runs_per_device)
     return StudyPlan(name=study.name, source=study.source, seed=spec.seed, splits=tuple(study.splits),
                      inits=tuple(study.inits), folds=tuple(study.folds), label_rates=tuple(study.label_rates),
                      device=spec.device, output=study.output, execution=execution, benchmarks=tuple(benchmarks),

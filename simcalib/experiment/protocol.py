@@ -35,6 +35,7 @@ from simcalib.backbones import (
 )
 from simcalib.backbones.batched import TRAINER, train_backbones_batched
 from simcalib.backbones.cache import BACKBONE_CODE_VERSION
+from simcalib.backbones.models import AUTO_ATTENTION, attention_for
 from simcalib.calibrators import (
     CalibrationGraph,
     Calibrator,
@@ -288,8 +289,12 @@ def backbone_options(run: Run, settings: ProtocolSettings) -> str:
 
 
 def backbone_config(run: Run, settings: ProtocolSettings) -> BackboneConfig:
+    """The backbone's configuration: the dataset's defaults and the settings' overrides; an ``attention: auto``
+    resolved for the settings' device (:func:`~simcalib.backbones.models.attention_for`)."""
     spec = get_spec(run.dataset)
     options = {"weight_decay": spec.backbone_weight_decay, **dict(settings.backbone_overrides)}
+    if str(options.get("attention", "")).strip().lower() == AUTO_ATTENTION:
+        options["attention"] = attention_for(resolve_device(settings.device))
     try:
         return BackboneConfig(run.backbone, **options)
     except TypeError as exc:

@@ -20,6 +20,9 @@ A study is the GATS protocol over a set of benchmarks (datasets x backbones) and
     output: results/quick            # per benchmark: <output>/<Dataset>_<Backbone>/results.csv
     tracking_uri: null               # null: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db
     task_runner: {kind: threads, workers: 2, address: null, torch_threads: null}
+                                     # granularity: auto (run: one task per run, on a CUDA device; calibrator:
+                                     # per backbone and per calibrator, on the CPU), runs_per_device: null (K runs
+                                     # in flight on each CUDA device; null: the workers shared over the devices)
     shift: {properties: [popularity], id_fraction: 0.5}     # optional: structural shift splits (ShiftSpec)
     conformal: {alphas: [0.1, 0.05], scores: [APS, RAPS, DAPS]}   # optional: prediction sets (ConformalSpec)
 
@@ -104,6 +107,10 @@ class TaskRunnerSpec(_Strict):
     workers: int = Field(default=2, ge=1)
     address: str | None = None  # Dask scheduler, e.g. tcp://10.0.0.5:8786; None: a LocalCluster on 127.0.0.1
     torch_threads: int | None = Field(default=None, ge=1)  # torch intra-op threads per task process
+    # the units of work (simcalib.experiment.schedule): a task per run (its backbone and every calibrator) or per
+    # backbone and per calibrator; auto: per run on a CUDA device, per calibrator on the CPU
+    granularity: Literal["auto", "run", "calibrator"] = "auto"
+    runs_per_device: int | None = Field(default=None, ge=1)  # runs in flight per device; None: the workers shared
 
 
 ShiftProperty = Literal["popularity", "locality", "density"]

@@ -254,3 +254,22 @@ def test_benchmark_command_passes_the_kernel_to_the_backbone_settings():
     for default in (parse(), parse("--attention", "pyg")):  # the default leaves the settings as they were
         settings = protocol_settings(default)
         assert settings.backbone_overrides == () and backbone_config(run, settings).attention == "pyg"
+
+
+def test_attention_auto_is_the_csr_kernel_on_the_cpu_with_its_key_and_gatconv_on_cuda():
+    """``backbone: {attention: auto}``: on the CPU the csr kernel, its rows' backbone_options and cache key those of
+    an explicit ``csr``; on CUDA torch_geometric's GATConv, the default (out of the key, ``backbone_options``
+    default); a GCN is unchanged."""
+    from simcalib.backbones.cache import cache_key
+    from simcalib.experiment.protocol import ProtocolSettings, Run, backbone_config, backbone_options
+
+    gat, gcn = Run("Cora", "GAT", 0, 0, 0), Run("Cora", "GCN", 0, 0, 0)
+    auto = ProtocolSettings(device="cpu", backbone_overrides=(("attention", "auto"),))
+    csr = ProtocolSettings(device="cpu", backbone_overrides=(("attention", "csr"),))
+    nodes = torch.arange(4)
+    assert backbone_config(gat, auto) == backbone_config(gat, csr) and backbone_options(gat, auto) == "attention=csr"
+    assert (cache_key("Cora", backbone_config(gat, auto), 0, 0, 0, 1, nodes, nodes)
+            == cache_key("Cora", backbone_config(gat, csr), 0, 0, 0, 1, nodes, nodes))
+    on_cuda = ProtocolSettings(device="cuda", backbone_overrides=(("attention", "auto"),))
+    assert backbone_config(gat, on_cuda).attention == "pyg" and backbone_options(gat, on_cuda) == "default"
+    assert backbone_config(gcn, auto) == backbone_config(gcn, ProtocolSettings())

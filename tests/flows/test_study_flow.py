@@ -20,23 +20,32 @@ from mlflow.tracking import MlflowClient
 from shared_paths import PROJECT_ROOT
 from study_helpers import TASKS_LINE, TINY_CALIBRATORS, numbers
 
-from simcalib.experiment.protocol import ProtocolSettings, Run
+from simcalib.experiment.protocol import ProtocolSettings
 from simcalib.store.results_store import RESULT_COLUMNS
 
 
 def test_tasks_are_plain_functions_underneath(tiny_protocol: ProtocolSettings, tmp_path):
-    from flows.study import calibrate, pretrain, write_summary
+    from flows.study import calibrate, pretrain, run_unit, write_summary
+    from simcalib.experiment.plan import plan_benchmark
+    from simcalib.experiment.schedule import BACKBONE, CALIBRATE, RUN, Unit
     from simcalib.store.results_store import append_rows
 
-    run = Run("Cora", "GCN", 0, 0, 1)
-    stats = pretrain.fn(run, tiny_protocol)
+    plan = plan_benchmark("Cora", "GCN", [0], [0], [1], [("UnCal", None, None), ("TS", None, None)], tiny_protocol,
+                          tmp_path / "bench", data=False)
+    (run,) = plan.runs
+    predictions = str(tmp_path / "predictions")
+    (stats,) = pretrain.fn(Unit(BACKBONE, plan, (run,)))["backbones"]
     assert stats["run"] == run.tag() and 0.3 < stats["val_accuracy"] <= 1 and stats["epochs"] <= 20
-    rows = [calibrate.fn(run, tiny_protocol, name, {}, str(tmp_path / "predictions")) for name in ("UnCal", "TS")]
+    rows = [calibrate.fn(Unit(CALIBRATE, plan, (run,), (name,), predictions_dir=predictions))["rows"][0]
+            for name in ("UnCal", "TS")]
     assert all(set(RESULT_COLUMNS) <= set(row) for row in rows)
     assert rows[0]["accuracy"] == pytest.approx(rows[1]["accuracy"])  # TS keeps the argmax
     assert rows[1]["nll"] < rows[0]["nll"]  # ... and lowers the NLL it was fitted on (on test nodes too here)
     assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == [
         "Cora_GCN_s0_i0_f1_TS.npz", "Cora_GCN_s0_i0_f1_UnCal.npz"]
+    whole = run_unit.fn(Unit(RUN, plan, (run,), ("UnCal", "TS")))  # one task: the backbone and both calibrators
+    assert whole["backbones"] == [stats]
+    assert [row["ece"] for row in whole["rows"]] == [row["ece"] for row in rows]  # the same rows either way
 
     append_rows(tmp_path / "bench" / "results.csv", rows)
     written = write_summary("Cora", "GCN", str(tmp_path / "bench"))
@@ -419,7 +428,7 @@ def test_a_study_keeps_the_rows_of_calibrators_it_does_not_run(reference, tmp_pa
 def _stop_after(path: Path, calibrations: int, cache_dir: Path, monkeypatch) -> Path:
     """Run the study at ``path`` until its flow's process dies after ``calibrations`` finished calibrations;
     returns the study's output folder (the backbone cache ``cache_dir`` is left behind: the machine is gone)."""
-    import flows.study
+    import simcalib.experiment.schedule
     from flows.study import study_flow
 
     finished = iter(range(1, calibrations + 1))  # the hook runs once a task's rows are in results.csv
@@ -428,7 +437,7 @@ def _stop_after(path: Path, calibrations: int, cache_dir: Path, monkeypatch) -> 
         if next(finished) == calibrations:
             raise RuntimeError("stopped")
 
-    monkeypatch.setattr(flows.study, "finished_run", stop_after_them)
+    monkeypatch.setattr(simcalib.experiment.schedule, "finished_run", stop_after_them)
     with pytest.raises(Exception, match="stopped"):
         study_flow(str(path), {"data": {"cache_dir": str(cache_dir)}})
     monkeypatch.undo()
@@ -489,3 +498,26 @@ def test_rows_of_another_machines_backbone_refuse_this_ones_until_the_run_is_for
     pd.testing.assert_frame_equal(numbers(pd.read_csv(results)), numbers(reference.results))
 
 
+
+
+def test_a_study_on_devices_runs_one_task_per_run_with_the_rows_of_the_per_calibrator_tasks(
+        reference, study_env, monkeypatch):
+    """Two (fake) devices with three runs in flight each: a run unit per run (its backbone and its four calibrators)
+    in place of 3 + 12 tasks, and the rows of the reference study's per-calibrator tasks, bit for bit."""
+    import torch
+
+    from flows.study import study_flow
+    from simcalib.experiment.schedule import FAKE_DEVICES_ENV
+
+    monkeypatch.setenv(FAKE_DEVICES_ENV, "2")
+    path = study_env.write("devices", runner={"runs_per_device": 3})
+    threads = torch.get_num_threads()
+    try:
+        result = study_flow(str(path))
+    finally:
+        torch.set_num_threads(threads)
+    assert result["granularity"] == "run"
+    assert result["tasks"] == {"pretrain": {"computed": 0, "failed": 0}, "calibrate": {"computed": 0, "failed": 0},
+                               "run": {"computed": 3, "failed": 0}}
+    rows = pd.read_csv(result["benchmarks"][0]["results"])
+    pd.testing.assert_frame_equal(numbers(rows), numbers(reference.results))
