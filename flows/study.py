@@ -149,7 +149,7 @@ def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = No
             check_split_sources(benchmark.out_dir, benchmark.split_sources)
         subflow = run_study.with_options(task_runner=make_task_runner(spec), name="run-study",
                                          flow_run_name=f"{study_plan.name}-{execution.runner}")
-        return {**subflow(study_plan.to_json()), "splits": splits}
+        return {**subflow(plan if plan is not None else study_plan.to_json()), "splits": splits}
 
 
 @flow(name="run-study", log_prints=True)
@@ -174,8 +174,8 @@ def run_study(plan: dict) -> dict:
             if ledger.calibrations_done and not ledger.complete:
                 logger.info("%s: %d of %d rows in %s; %d runs with work left", benchmark.name, ledger.calibrations_done,
                             ledger.calibrations, ledger.results, len(ledger.runs_left()))
-        logger.info("study %s: %d benchmarks x %d runs, %d calibrators (%d benchmarks complete before) -> %d tasks "
-                    "on %s (%d workers; %s); output %s", study.name, len(study.benchmarks), study.runs_per_benchmark,
+        logger.info("study %s: %d benchmarks, %s runs, %d calibrators (%d benchmarks complete before) -> %d tasks "
+                    "on %s (%d workers; %s); output %s", study.name, len(study.benchmarks), study.describe_runs(),
                     len({c for p in study.benchmarks for c in p.calibrator_names}), len(schedule.complete),
                     schedule.units_planned, execution.runner, _runner_spec(execution, layout).workers, layout.line(),
                     study.output)
@@ -324,7 +324,7 @@ def _log_benchmark(study: StudyPlan, plan: BenchmarkPlan, written: dict, backbon
     settings = plan.settings
     params = {
         "study": study.name, "study_file": study.source, "study_seed": study.seed,
-        "splits": list(study.splits), "inits": list(study.inits), "folds": list(study.folds),
+        **plan.run_indices,  # the benchmark's own (runs.per_dataset) or the study's
         "label_rate": settings.label_rate, "runs": len(plan.runs), "calibrators": plan.calibrator_names,
         "generated_splits": sorted(s for s, source in plan.split_sources.items() if source == "generated"),
         "run_seeds": list(plan.seeds), "seed_rule": "simcalib.seeding.run_seed",

@@ -200,10 +200,11 @@ def run_cost(args: argparse.Namespace) -> int:
     study = load_study(args.study)
     cache = Path(args.cache or study.spec.data.cache_dir or os.environ.get("SIMCALIB_CACHE_DIR") or ".cache/simcalib")
     names = [c.name for c in study.calibrators]
-    runs_asked, workers = study.runs_per_benchmark(), study.spec.task_runner.workers
+    runs_asked = {dataset: study.runs_per_benchmark(dataset) for dataset, _ in study.benchmarks()}
+    workers = study.spec.task_runner.workers
     nodes = {dataset: get_spec(dataset).num_nodes for dataset, _ in study.benchmarks()}
     table, projected = study_cost(read_results(args.results), study.benchmarks(), names, runs_asked, cache, nodes)
-    print(f"{args.study}: {runs_asked} runs per benchmark, {len(names)} calibrators, {workers} worker processes; "
+    print(f"{args.study}: {study.runs_per_benchmark()} runs per benchmark{_own_runs(study)}, {len(names)} calibrators, {workers} worker processes; "
           f"backbones from {cache}")
     print(f"{'benchmark':<16} {'done':>4} {'with rows':>9} {'backbones':>9} {'epochs':>6} {'s/epoch':>8} "
           f"{'backbone s':>10} {'calib s':>8} {'run s':>7} {'rest CPU-h':>10}")
@@ -218,7 +219,8 @@ def run_cost(args: argparse.Namespace) -> int:
         print("fit seconds projected by node count (no row on the benchmark): " + ", ".join(
             f"{d} {b} {n} from {source} {source_backbone}" for (d, b, n), (source, source_backbone) in projected.items()))
     measured = table.dropna(subset=["backbone_s"])
-    whole, rest = runs_asked * measured["run_s"].sum(), measured["remaining_s"].sum()
+    whole = float(sum(runs_asked[r.dataset] * r.run_s for r in measured.itertuples()))
+    rest = measured["remaining_s"].sum()
     print(f"the whole study on the {len(measured)} benchmarks projected: {whole / 3600:.1f} CPU-hours, "
           f"{whole / workers / 3600:.1f} h on {workers} workers")
     print(f"the rest: {rest / 3600:.1f} CPU-hours, {rest / workers / 3600:.1f} h on {workers} workers")
@@ -227,3 +229,14 @@ def run_cost(args: argparse.Namespace) -> int:
         print(f"the rest as tasks in the study's order: makespan {makespan(tasks, workers) / 3600:.1f} h, longest "
               f"first {makespan(sorted(tasks, reverse=True), workers) / 3600:.1f} h")
     return 0
+
+
+def _own_runs(study) -> str:
+    """The datasets with their own run counts (``runs.per_dataset``), as ``(15 on minesweeper, tolokers)``."""
+    own: dict[int, list[str]] = {}
+    for dataset in dict.fromkeys(d for d, _ in study.benchmarks()):
+        count = study.runs_per_benchmark(dataset)
+        if count != study.runs_per_benchmark():
+            own.setdefault(count, []).append(dataset)
+    return "".join(f" ({count} on {', '.join(names)})" for count, names in own.items())
+

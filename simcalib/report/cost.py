@@ -111,10 +111,11 @@ def read_results(folders: Sequence[str | Path]) -> pd.DataFrame:
 
 
 def study_cost(rows: pd.DataFrame, benchmarks: Sequence[tuple[str, str]], calibrators: Sequence[str],
-               runs_asked: int, cache: Path, nodes: Mapping[str, int]) -> tuple[pd.DataFrame, dict]:
+               runs_asked: int | Mapping[str, int], cache: Path, nodes: Mapping[str, int]) -> tuple[pd.DataFrame, dict]:
     """Per benchmark: runs done (every calibrator has its row), runs with rows, cached backbones counted, mean
     epochs, seconds per epoch, backbone seconds, the calibrators' fit seconds summed, a run's seconds, the
-    remaining CPU-seconds and the remaining runs' seconds as tasks (``tasks``: a list). Benchmarks without a
+    remaining CPU-seconds and the remaining runs' seconds as tasks (``tasks``: a list). ``runs_asked``: the planned
+    runs of every benchmark, or per dataset (a study's ``runs.per_dataset``). Benchmarks without a
     cached backbone are left out, with NaN costs. Also returns the projected fits of :func:`fill_unmeasured`."""
     names = list(calibrators)
     digests = set(rows.get("backbone_digest", pd.Series(dtype=str)).dropna().astype(str))
@@ -138,8 +139,9 @@ def study_cost(rows: pd.DataFrame, benchmarks: Sequence[tuple[str, str]], calibr
                  "calib_s": calib_s, "run_s": math.nan, "remaining_s": math.nan, "tasks": []}
         if not costs.empty:
             backbone_s = float(costs["seconds"].mean())
-            missing_runs = max(runs_asked - with_rows, 0)
-            missing_fits = float(np.nansum([max(runs_asked - per_calibrator[n], 0) * fit[n] for n in names]))
+            asked = runs_asked[dataset] if isinstance(runs_asked, Mapping) else runs_asked
+            missing_runs = max(asked - with_rows, 0)
+            missing_fits = float(np.nansum([max(asked - per_calibrator[n], 0) * fit[n] for n in names]))
             rest = missing_fits - missing_runs * calib_s  # fits of the runs that have some rows, spread over them
             tasks = [backbone_s + calib_s] * missing_runs + ([rest / with_rows] * with_rows if rest > 0 else [])
             entry.update(epochs=float(costs["epochs"].mean()), s_per_epoch=float(costs["s_per_epoch"].mean()),
