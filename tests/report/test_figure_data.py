@@ -91,7 +91,7 @@ def test_the_figures_of_a_manifest_entry_come_from_its_figure_data_with_the_reco
     assert f"Drawn from the figure pass `{figure_pass}` (6 runs per benchmark)" in md
     # the same runs and draws in both folders: every row of the drawn calibrators matches the report's
     assert "Of its 36 rows of these calibrators, 36 are of runs this report also has, 36 of them with the same ECE (within 1e-05 points)" in md
-    assert "first that of the pooled test nodes of the figure pass's runs" in md and "ran but" not in md
+    assert "first that of the pooled test nodes of the figure pass's runs" in md and "no figure data here" not in md
     assert (out / "figures" / "reliability_uncal_vs_simcalib.png").is_file()
     manifest.write_text(f"- results: {report}\n  out: {out}\n  title: t\n  figure_data: {tmp_path / 'none'}\n")
     assert main(["report", "--every", str(manifest)]) == 2
