@@ -768,8 +768,8 @@ def figure_data_note(study: StudyResults, figure_data: StudyResults, bins: pd.Da
     runs = chosen.groupby(["dataset", "backbone"])[["split", "init", "fold"]].apply(
         lambda frame: len(frame.drop_duplicates()))
     counts = sorted(set(int(n) for n in runs))
-    per_benchmark = (f"{counts[0]} runs per benchmark" if len(counts) == 1 else
-                     "runs per benchmark: " + ", ".join(f"{d} {b} {int(n)}" for (d, b), n in runs.items()))
+    per_benchmark = (f"{counts[0]} runs per benchmark" if len(counts) == 1 else "runs per benchmark: " + ", ".join(
+        f"{d} {b} {int(runs[(d, b)])}" for d, b in sorted_benchmarks(runs.index)))
     keys = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
     theirs = figure_data.main_rows()
     theirs = theirs[theirs["calibrator"].isin(drawn)]
