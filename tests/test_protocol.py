@@ -140,8 +140,18 @@ def test_rows_of_the_figures_calibrators_carry_their_binned_test_predictions(set
     saved = load_predictions(out / "Cora_GCN_s0_i0_f0_UnCal.npz")
     assert bins.nodes == len(saved.labels) and bins.count.shape == (5, 15)
     assert np.all(np.diff(bins.distance) > 0)  # groups ordered by feature distance
-    assert evaluate_calibrator(run, settings, "TS")["figure_bins"] is None  # not a calibrator the figures show
     assert bins.t_feat is None  # UnCal has no feature temperature
+
+
+def test_every_calibrators_row_carries_its_figure_bins_and_they_change_no_number(settings):
+    from simcalib.analysis.figure_bins import from_json
+
+    run = Run("Cora", "GCN", 0, 0, 0)
+    for name in ("TS", "ETS", "Dirichlet"):  # beyond the calibrators of the similarity figure
+        row = evaluate_calibrator(run, settings, name)
+        bins = from_json(row["figure_bins"])
+        assert bins.ece() == pytest.approx(row["ece"], abs=1e-5)  # the row's own ECE, from its bins alone
+        assert bins.count.shape == (5, 15) and bins.t_feat is None
 
 
 def test_simcalib_figure_data_carries_its_feature_temperature_per_distance_group(settings):

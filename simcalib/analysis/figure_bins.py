@@ -2,9 +2,10 @@
 
 Reliability diagrams, confidence distributions and the feature-similarity figure read only each test node's
 top-1 confidence, whether it is correct and its feature distance. Summed per bin they fit in a short JSON
-string, written in the ``figure_bins`` column of ``results.csv`` for the calibrators the figures show
-(:data:`FIGURE_CALIBRATORS`), so every figure regenerates from the committed results files, without the test
-predictions (tens of MB per benchmark, not committed).
+string, written in the ``figure_bins`` column of ``results.csv`` for every calibrator, so every figure
+regenerates from the committed results files, without the test predictions (tens of MB per benchmark, not
+committed). The column changes no number of its row; a row without it (the passes of reports/ other than the
+figure pass, reports/figures, wrote it for :data:`FIGURE_CALIBRATORS` only) stays a valid row.
 
 For the test nodes of one run, in ``groups`` equal-size groups by feature distance (ranks; group 1 is the
 closest to a class prototype) and ``N_BINS`` equal-width confidence bins (:func:`simcalib.metrics.bin_index`,
@@ -29,7 +30,8 @@ import numpy as np
 
 from simcalib.metrics import N_BINS, bin_index
 
-FIGURE_CALIBRATORS = ("UnCal", "GATS", "SimCalib")  # the methods of the reliability, confidence and similarity figures
+# the calibrators whose rows carry figure_bins in every committed pass (those of the feature-similarity figure)
+FIGURE_CALIBRATORS = ("UnCal", "GATS", "SimCalib")
 N_GROUPS = 5
 HIST_BINS = 30
 VERSION = 1

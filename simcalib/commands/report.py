@@ -89,7 +89,8 @@ def study_output(path: Path) -> tuple[Path, str]:
 
 
 MANIFEST_KEYS = {"results", "out", "title", "splits", "data_efficiency", "pinned_figures", "summary_in", "paper",
-                 "figure_calibrators", "theory"}
+                 "figure_calibrators", "theory", "figure_data"}
+RECOMMENDED = "recommended"  # figure_calibrators: UnCal, TS, the recommendation.csv beside the manifest, SimCalib
 
 
 def _as_list(value) -> list:
@@ -106,8 +107,12 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
     ``summary_in`` names Markdown files whose summary block of this report (markers of
     :mod:`simcalib.report.summary`) is replaced by the new ``summary.md``; ``figure_calibrators`` lists the
     calibrators of the reliability and confidence figures (default
-    :data:`simcalib.report.figures.REPORT_FIGURE_CALIBRATORS`); ``theory: false`` leaves the Theorem 1 check
-    out (default: in)."""
+    :data:`simcalib.report.figures.REPORT_FIGURE_CALIBRATORS`), or ``recommended``: UnCal, TS, the calibrators
+    of the ``recommendation.csv`` beside the manifest and SimCalib
+    (:func:`simcalib.report.figures.recommended_figure_calibrators`; the entry gains ``figure_recommendation``,
+    that file's path); ``figure_data`` names the results folder(s) those two figures are drawn from (default:
+    ``results``), e.g. the figure pass reports/figures/results, whose rows carry every calibrator's
+    ``figure_bins``; ``theory: false`` leaves the Theorem 1 check out (default: in)."""
     import yaml
 
     from simcalib.report.summary import BEGIN, END
@@ -122,12 +127,18 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
         if not isinstance(entry, dict) or not {"results", "out", "title"} <= set(entry) or set(entry) - MANIFEST_KEYS:
             raise ConfigError(f"{path}: entry {index} must have the keys results, out, title (and optionally "
                               f"splits, data_efficiency, pinned_figures, summary_in, paper, figure_calibrators, "
-                              f"theory), got {entry!r}")
+                              f"theory, figure_data), got {entry!r}")
         shown = entry.get("figure_calibrators")
-        if shown is not None and (not isinstance(shown, list) or not shown
-                                  or not all(isinstance(m, str) for m in shown)):
+        if shown == RECOMMENDED:
+            from simcalib.report.figures import recommended_figure_calibrators
+
+            recommendation = path.parent / "recommendation.csv"
+            entry["figure_calibrators"] = list(recommended_figure_calibrators(recommendation))
+            entry["figure_recommendation"] = str(recommendation)
+        elif shown is not None and (not isinstance(shown, list) or not shown
+                                    or not all(isinstance(m, str) for m in shown)):
             raise ConfigError(f"{path}: entry {index}: figure_calibrators must be a list of calibrator names, e.g. "
-                              f"[UnCal, TS, SimCalib], got {shown!r}")
+                              f"[UnCal, TS, SimCalib], or `{RECOMMENDED}`, got {shown!r}")
         if not isinstance(entry.get("theory", True), bool):
             raise ConfigError(f"{path}: entry {index}: theory must be true or false, got {entry['theory']!r}")
         for target in _as_list(entry.get("summary_in")):
@@ -136,7 +147,7 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
             if BEGIN.format(out=entry["out"]) not in Path(target).read_text():
                 raise ConfigError(f"{path}: entry {index}: {target} has no summary block for {entry['out']}; put "
                                   f"the two lines {BEGIN.format(out=entry['out'])!r} and {END!r} where it goes")
-        for key in ("results", "data_efficiency"):
+        for key in ("results", "data_efficiency", "figure_data"):
             for folder in _as_list(entry.get(key)):
                 if not isinstance(folder, str) or not Path(folder).is_dir():
                     raise DataMissingError(f"{path}: entry {index}: {key} folder {folder!r} does not exist; "
@@ -165,7 +176,9 @@ def run_every(args: argparse.Namespace) -> int:
                                pinned_figures=entry.get("pinned_figures") or (),
                                compare_paper=entry.get("paper", True),
                                figure_calibrators=entry.get("figure_calibrators"),
-                               theory_check=entry.get("theory", True))
+                               theory_check=entry.get("theory", True),
+                               figure_data=entry.get("figure_data"),
+                               figure_recommendation=entry.get("figure_recommendation"))
         print(f"report: {outputs.report_md}", flush=True)
         for target in _as_list(entry.get("summary_in")):
             embed_summary(target, entry["out"], outputs.summary_md.read_text())

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from simcalib.analysis.figure_bins import FIGURE_CALIBRATORS, summarise, to_json
+from simcalib.analysis.figure_bins import summarise, to_json
 from simcalib.analysis.homophily import local_homophily
 from simcalib.analysis.homophily import summarise as homophily_summary
 from simcalib.analysis.homophily import to_json as homophily_json
@@ -474,16 +474,14 @@ def evaluate_calibrator(
     test_probs = probs[test_idx]
     test_degree = cg.degree()[torch.from_numpy(test_idx).to(cg.device)].cpu()  # in-degree: for degree_ece
     metrics = compute_metrics(test_probs, y_test, degree=test_degree)
-    figure_bins = None
-    if predictions_dir is not None or name in FIGURE_CALIBRATORS:
-        # the feature-similarity figure's x axis; prototypes from the training folds, as SimCalib's default
-        distance = signals.prototype_distance().cpu().numpy()
-        if name in FIGURE_CALIBRATORS:
-            t_feat = signals.feature_temperature
-            t_feat = None if t_feat is None else t_feat.cpu().numpy()
-            figure_bins = to_json(summarise(test_probs.numpy(), y_test.numpy(), distance, t_feat=t_feat))
-        if predictions_dir is not None:
-            save_predictions(Path(predictions_dir), run, name, test_probs.numpy(), y_test.numpy(), test_idx, distance)
+    # every calibrator's binned test predictions, for the figures (analysis only: no number of the row uses them);
+    # the feature-similarity figure's x axis: prototypes from the training folds, as SimCalib's default
+    distance = signals.prototype_distance().cpu().numpy()
+    t_feat = signals.feature_temperature
+    t_feat = None if t_feat is None else t_feat.cpu().numpy()
+    figure_bins = to_json(summarise(test_probs.numpy(), y_test.numpy(), distance, t_feat=t_feat))
+    if predictions_dir is not None:
+        save_predictions(Path(predictions_dir), run, name, test_probs.numpy(), y_test.numpy(), test_idx, distance)
     # analysis only, from the true labels of the loaded graph (outside the calibrator's CalibrationGraph)
     homophily_bins = homophily_json(homophily_summary(test_probs.numpy(), y_test.numpy(),
                                                       nodes_local_homophily(graph, test_idx)))

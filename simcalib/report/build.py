@@ -267,7 +267,8 @@ KEPT_FIGURE = (" (Kept from an earlier rendering of this folder: it is drawn fro
 
 def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False,
                  sweep: StudyResults | None = None, pinned: Sequence[str] = (),
-                 figure_calibrators: Sequence[str] | None = None) -> FigureSet:
+                 figure_calibrators: Sequence[str] | None = None, figure_data: StudyResults | None = None,
+                 figure_recommendation: str | os.PathLike | None = None) -> FigureSet:
     """The study's figures; with ``keep_existing``, a figure that cannot be drawn here (no saved predictions)
     but exists in ``out_dir/figures`` from an earlier rendering is kept and labelled as such. ``sweep``: a
     label-rate sweep kept in folders of its own, drawn as the data-efficiency figure instead of the study's
@@ -275,7 +276,10 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
     ``pinned``: figure stems kept from an earlier rendering even where they could be redrawn (e.g. drawn from
     every run's test predictions, against figure data that only some rows carry). ``figure_calibrators``: the
     calibrators of the reliability and confidence figures (default
-    :data:`simcalib.report.figures.REPORT_FIGURE_CALIBRATORS`)."""
+    :data:`simcalib.report.figures.REPORT_FIGURE_CALIBRATORS`). ``figure_data``: the results (rows with
+    ``figure_bins``) those two figures are drawn from instead of the study's own, e.g. the figure pass
+    (study/figures.yaml), with each caption naming it and its runs; ``figure_recommendation``: the
+    ``recommendation.csv`` the calibrators come from, named per family in the captions."""
     folder = Path(out_dir) / "figures"
     efficiency_rows = study.rows if sweep is None else sweep.rows
     sweep_note = "" if sweep is None else f" Drawn from the label-rate sweep in `{sweep.root}`."
@@ -285,12 +289,18 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
     shown = tuple(figs.REPORT_FIGURE_CALIBRATORS if figure_calibrators is None else figure_calibrators)
     bins = figs.figure_bins_frame(study.main_predictions(), study.main_rows(),
                                   tuple(dict.fromkeys((*shown, *figs.SIMILARITY_METHODS))))
-    drawn = figs.shown_methods(bins, shown)
-    ran = set(study.main_rows()["calibrator"]) if len(study.rows) else set()
+    drawn_from = study if figure_data is None else figure_data  # the reliability and confidence figures' runs
+    shown_bins = bins if figure_data is None else figs.figure_bins_frame(
+        figure_data.main_predictions(), figure_data.main_rows(), shown)
+    drawn = figs.shown_methods(shown_bins, shown)
+    ran = set(drawn_from.main_rows()["calibrator"]) if len(drawn_from.rows) else set()
     undrawn = [m for m in shown if m not in drawn and m in ran]
     undrawn_note = (f" {', '.join(undrawn)} ran but {'has' if len(undrawn) == 1 else 'have'} no figure data here: "
-                    "results rows carry `figure_bins` for " + ", ".join(FIGURE_CALIBRATORS) + " only, saved test "
-                    "predictions for every calibrator." if undrawn else "")
+                    "its results rows carry no `figure_bins` (the passes of reports/ other than the figure pass, "
+                    "reports/figures, wrote that column for " + ", ".join(FIGURE_CALIBRATORS) + " only; saved test "
+                    "predictions serve every calibrator)." if undrawn else "")
+    source_note = "" if figure_data is None else figure_data_note(study, figure_data, shown_bins, drawn)
+    role_note = "" if figure_recommendation is None else recommendation_note(figure_recommendation, drawn)
     entries = []
 
     def add(stem: str, title: str, caption: str, fig, note: str, kept_caption: str | None = None) -> None:
@@ -308,7 +318,7 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
 
     no_predictions = ("not available: no saved predictions and no `figure_bins` in the results rows (rows written "
                       "before that column existed; rerun the runs, or `simcalib benchmark ... --save-predictions`)")
-    smooth = figs.smooth_curves(study.main_predictions(), drawn)
+    smooth = figs.smooth_curves(drawn_from.main_predictions(), drawn)
     smooth_benchmarks = sorted_benchmarks({b for b, _ in smooth})
     smooth_note = (("Dotted black line: the smooth reliability curve (relplot's kernel at smooth ECE's bandwidth, Blasiok & "
                     "Nakkiran 2023) of the saved test predictions, on " + ", ".join(f"{d} {b}" for d, b in
@@ -318,20 +328,28 @@ def make_figures(study: StudyResults, out_dir: Path, keep_existing: bool = False
                     "so it is drawn only where saved test predictions exist"
                     + (" (none here)." if not smooth else "."))
     listed = ", ".join(drawn) if drawn else ", ".join(shown)
-    reliability_caption = (
-        f"Reliability diagrams of {listed} per benchmark (test nodes pooled over the runs whose rows carry "
-        "figure data, counted in each title; rows of passes older than that column have it only where a "
-        "recomputation reproduced them, see docs/decisions.md). Each title gives two ECEs: that of the pooled "
-        "test nodes of its runs (one diagram's bins) and the mean over runs of each run's ECE, the statistic of "
-        "Table 1; they differ because pooling averages the runs' bins before taking the gaps." + undrawn_note)
+    if figure_data is None:
+        reliability_caption = (
+            f"Reliability diagrams of {listed} per benchmark (test nodes pooled over the runs whose rows carry "
+            "figure data, counted in each title; rows of passes older than that column have it only where a "
+            "recomputation reproduced them, see docs/decisions.md). Each title gives two ECEs: that of the pooled "
+            "test nodes of its runs (one diagram's bins) and the mean over runs of each run's ECE, the statistic of "
+            "Table 1; they differ because pooling averages the runs' bins before taking the gaps." + undrawn_note)
+    else:
+        reliability_caption = (
+            f"Reliability diagrams of {listed} per benchmark." + role_note + source_note + " Each title gives two "
+            "ECEs: first that of the pooled test nodes of the figure pass's runs counted in the title (one "
+            "diagram's bins), then the mean over those runs of each run's ECE, the statistic of Table 1 (whose "
+            "mean is over this report's runs); they differ because pooling averages the runs' bins before taking "
+            "the gaps." + undrawn_note)
     add("reliability_uncal_vs_simcalib", "Reliability diagrams",
         reliability_caption + " Black lines: each bin's 95% bootstrap interval of the pooled accuracy over runs "
         "(correct nodes over nodes of the drawn runs, whole splits resampled, from each run's `figure_bins`; none "
         "where fewer than two runs have nodes in the bin). " + smooth_note,
-        figs.reliability_grid(bins, drawn, smooth=smooth), no_predictions, kept_caption=reliability_caption)
+        figs.reliability_grid(shown_bins, drawn, smooth=smooth), no_predictions, kept_caption=reliability_caption)
     add("confidence_distributions", "Confidence distributions",
         f"Top-1 confidence of the test nodes of {listed} per benchmark, the runs of each pooled (no ECE is "
-        "drawn)." + undrawn_note, figs.confidence_grid(bins, drawn), no_predictions)
+        "drawn)." + role_note + source_note + undrawn_note, figs.confidence_grid(shown_bins, drawn), no_predictions)
     add("data_efficiency", "Data efficiency",
         "ECE against the label rate (UnCal dashed; mean ± std over runs). Here the label rate sets the whole "
         "labelled set (backbone training folds and calibration fold); the paper reuses one pretrained backbone and "
@@ -739,6 +757,44 @@ def assemble(study: StudyResults, paper: PaperTables, tables: TableSet, sig: Sig
     return [*head, contents_block([*head, *body]), *body]
 
 
+SAME_ECE = 1e-5  # ECE points: "the same ECE" (two computations of one run differ by about 1e-6 points)
+
+
+def figure_data_note(study: StudyResults, figure_data: StudyResults, bins: pd.DataFrame, drawn: Sequence[str]) -> str:
+    """One caption sentence on the runs a figure is drawn from when they are another pass's (``figure_data``):
+    the folder, the runs per benchmark and how many of its rows of runs this report also has carry the same
+    ECE on the same backbone."""
+    chosen = bins[bins["calibrator"].isin(drawn)]
+    runs = chosen.groupby(["dataset", "backbone"])[["split", "init", "fold"]].apply(
+        lambda frame: len(frame.drop_duplicates()))
+    counts = sorted(set(int(n) for n in runs))
+    per_benchmark = (f"{counts[0]} runs per benchmark" if len(counts) == 1 else "runs per benchmark: " + ", ".join(
+        f"{d} {b} {int(runs[(d, b)])}" for d, b in sorted_benchmarks(runs.index)))
+    keys = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
+    theirs = figure_data.main_rows()
+    theirs = theirs[theirs["calibrator"].isin(drawn)]
+    ours = study.main_rows()
+    if len(ours) and len(theirs):
+        as_text = lambda frame: frame.assign(**{k: frame[k].astype(str) for k in keys})  # noqa: E731
+        both = as_text(theirs).merge(as_text(ours), on=keys, suffixes=("", "_report"))
+        digest = lambda column: both[column].astype(object).where(both[column].notna(), "").astype(str)  # noqa: E731
+        same = int((np.isclose(both["ece"].astype(float), both["ece_report"].astype(float), rtol=0, atol=SAME_ECE)
+                    & (digest("backbone_digest") == digest("backbone_digest_report"))).sum())
+        shared = (f" Of its {len(theirs)} rows of these calibrators, {len(both)} are of runs this report also has, "
+                  f"{same} of them with the same ECE (within {SAME_ECE:g} points) on the same backbone.")
+    else:
+        shared = ""
+    return (f" Drawn from the figure pass `{figure_data.root}` ({per_benchmark}), whose results rows carry "
+            f"every drawn calibrator's `figure_bins`.{shared}")
+
+
+def recommendation_note(path: str | os.PathLike, drawn: Sequence[str]) -> str:
+    """One caption sentence naming the family of graphs each drawn calibrator is recommended for."""
+    frame = pd.read_csv(path)
+    roles = [f"{row.calibrator} on {row.family} graphs" for row in frame.itertuples() if row.calibrator in drawn]
+    return f" Recommended ({path}): {', '.join(roles)}." if roles else ""
+
+
 @dataclass
 class ReportOutputs:
     folder: Path
@@ -756,7 +812,9 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
                  regenerate: str | None = None,
                  data_efficiency: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
                  pinned_figures: Sequence[str] = (), compare_paper: bool = True,
-                 figure_calibrators: Sequence[str] | None = None, theory_check: bool = True) -> ReportOutputs:
+                 figure_calibrators: Sequence[str] | None = None, theory_check: bool = True,
+                 figure_data: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+                 figure_recommendation: str | os.PathLike | None = None) -> ReportOutputs:
     """Everything above in order; returns the paths written. ``splits`` restricts every table, test and
     figure to those splits' runs (e.g. the splits never looked at while choosing defaults); ``keep_figures``
     keeps figures of an earlier rendering that need predictions not present here; ``regenerate`` is the
@@ -765,7 +823,10 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
     rendering even where they could be redrawn (see :func:`make_figures`); ``compare_paper`` False: no table
     beside the paper's (a study of graphs the paper has not); ``figure_calibrators``: the calibrators of the
     reliability and confidence figures (default :data:`simcalib.report.figures.REPORT_FIGURE_CALIBRATORS`);
-    ``theory_check`` False: no Theorem 1 section (and its files of an earlier rendering are removed)."""
+    ``theory_check`` False: no Theorem 1 section (and its files of an earlier rendering are removed);
+    ``figure_data``: the results folder(s) the reliability and confidence figures are drawn from (default: the
+    study's own rows), ``figure_recommendation`` the recommendation.csv their calibrators come from (see
+    :func:`make_figures`)."""
     out_dir = Path(out_dir)
     study, paper = load_inputs(results_dir, paper_dir, splits)
     if not compare_paper:
@@ -777,7 +838,9 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
     files.append(write_definitions(definitions_frame(study.rows), out_dir))
     sig = compute_significance(study, tables, paper)
     files += write_significance(sig, out_dir)
-    figures = make_figures(study, out_dir, keep_figures, sweep, pinned_figures, figure_calibrators)
+    shown_from = None if figure_data is None else select_splits(load_study_results(figure_data), splits)
+    figures = make_figures(study, out_dir, keep_figures, sweep, pinned_figures, figure_calibrators, shown_from,
+                           figure_recommendation)
     files += [p for e in figures.entries for p in e.paths]
     theory_result = run_theory(out_dir, theory_reps, seed, theory_grid) if theory_check else None
     if theory_result is not None:
@@ -800,5 +863,5 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
 
 
 __all__ = ["FigureSet", "ReportOutputs", "Significance", "TableSet", "TheoryResult", "assemble", "build_report",
-           "build_tables", "compute_significance", "load_inputs", "make_figures", "report_summary", "run_theory",
+           "build_tables", "compute_significance", "figure_data_note", "load_inputs", "make_figures", "report_summary", "run_theory",
            "write_significance", "write_tables"]

@@ -34,9 +34,9 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from simcalib.analysis import palette
-from simcalib.analysis.figure_bins import FIGURE_CALIBRATORS, N_GROUPS, FigureBins, from_json, pool, summarise
+from simcalib.analysis.figure_bins import N_GROUPS, FigureBins, from_json, pool, summarise
 from simcalib.analysis.plots import confidence_histogram_from_counts, reliability_diagram_from_bins
-from simcalib.errors import DataCorruptError
+from simcalib.errors import DataCorruptError, DataMissingError
 from simcalib.report.bootstrap import mean_interval, median_interval, ratio_interval
 from simcalib.report.results import load_predictions
 from simcalib.report.tables import EXTRA_METHODS, sorted_benchmarks
@@ -47,7 +47,28 @@ SIMILARITY_METHODS = ("UnCal", "GATS", "SimCalib")
 # the reliability and confidence figures' calibrators unless a report names its own (reports.yaml,
 # ``figure_calibrators``); one without binned runs is left out of the figure and named in its caption
 REPORT_FIGURE_CALIBRATORS = ("UnCal", "TS", "GATS", "SimCalib", "SimCalib_decay_all")
+# ``figure_calibrators: recommended`` in reports.yaml: the references and the paper's subject around the
+# recommendation's calibrators (:func:`recommended_figure_calibrators`)
+RECOMMENDED_FIGURE_REFERENCES = ("UnCal", "TS")
+RECOMMENDED_FIGURE_SUBJECT = ("SimCalib",)
 PANEL_COLUMNS = 4
+
+
+def recommended_figure_calibrators(recommendation: str | Path) -> tuple[str, ...]:
+    """UnCal and TS, the calibrators of ``recommendation`` (a ``recommendation.csv`` of
+    :mod:`simcalib.report.leaderboard`: one row per family of graphs) in its row order, then SimCalib; each
+    once."""
+    path = Path(recommendation)
+    if not path.is_file():
+        raise DataMissingError(f"{path} does not exist: `figure_calibrators: recommended` reads the recommendation "
+                               "beside the manifest; write it with `simcalib report --leaderboard "
+                               "reports/leaderboard.yaml`, or list the calibrators")
+    frame = pd.read_csv(path)
+    if "calibrator" not in frame.columns or frame["calibrator"].isna().any():
+        raise DataCorruptError(f"{path}: expected a column `calibrator` with a name on every row (the recommendation "
+                               "of `simcalib report --leaderboard`); rewrite it with that command")
+    return tuple(dict.fromkeys((*RECOMMENDED_FIGURE_REFERENCES, *frame["calibrator"].astype(str),
+                                *RECOMMENDED_FIGURE_SUBJECT)))
 
 
 def save_figure(fig: Figure, folder: Path, stem: str) -> list[Path]:
@@ -71,12 +92,14 @@ BINS_KEYS = ["dataset", "backbone", "calibrator", "split", "init", "fold"]
 
 
 def figure_bins_frame(predictions: pd.DataFrame, rows: pd.DataFrame | None = None,
-                      methods: Sequence[str] = FIGURE_CALIBRATORS) -> pd.DataFrame:
+                      methods: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per (benchmark, method, run) with its :class:`FigureBins` (column ``bins``) and ``source``:
-    the saved predictions where a run has them, else the ``figure_bins`` column of its results row."""
+    the saved predictions where a run has them, else the ``figure_bins`` column of its results row.
+    ``methods``: the calibrators to read (None: every one)."""
     records = {}
+    every = lambda frame: frame["calibrator"].notna() if methods is None else frame["calibrator"].isin(methods)  # noqa: E731
     if rows is not None and "figure_bins" in rows.columns:
-        found = rows[rows["calibrator"].isin(methods) & rows["figure_bins"].notna()]
+        found = rows[every(rows) & rows["figure_bins"].notna()]
         for row in found[[*BINS_KEYS, "figure_bins"]].itertuples(index=False):
             key = tuple(str(v) for v in row[:6])
             try:
@@ -84,7 +107,7 @@ def figure_bins_frame(predictions: pd.DataFrame, rows: pd.DataFrame | None = Non
             except ValueError as exc:
                 raise DataCorruptError(f"results row {' '.join(key)}: {exc}; rerun that run to rewrite it") from None
     if len(predictions):
-        found = predictions[predictions["calibrator"].isin(methods)]
+        found = predictions[every(predictions)]
         for row in found[[*BINS_KEYS, "path"]].itertuples(index=False):
             run = load_predictions(row.path)
             records[tuple(str(v) for v in row[:6])] = (row[:6], summarise(run.probs, run.labels, run.feature_distance),
@@ -547,6 +570,7 @@ def theory_figure(table: pd.DataFrame) -> Figure:
 
 
 __all__ = ["COST_FIGURE_METHODS", "COST_FRAME_METHODS", "EFFICIENCY_METHODS", "REPORT_FIGURE_CALIBRATORS",
+           "recommended_figure_calibrators",
            "SIMILARITY_METHODS", "confidence_grid", "cost_figure", "cost_frame",
            "data_efficiency_figure", "efficiency_frame", "feature_similarity_figure", "figure_bins_frame",
            "reliability_grid", "reliability_intervals", "save_figure", "similarity_groups", "similarity_summary",

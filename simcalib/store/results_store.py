@@ -37,8 +37,9 @@ AUDIT_COLUMNS = ["w", "t", "t_feat_mean", "t_feat_std", "t_move_mean", "t_move_s
 # Which backbone a row was computed on: a digest of its logits. The same run trained on another CPU (or GPU)
 # can be another backbone (float rounding can move the early stop), so rows of one run are comparable only
 # if their digests agree; the report pairs runs on it. Empty in rows written before it existed.
-# ``figure_bins``: the binned test predictions the paper's figures need (simcalib.analysis.figure_bins), for the
-# calibrators those figures show; empty for the others and in rows written before it existed.
+# ``figure_bins``: the binned test predictions the paper's figures need (simcalib.analysis.figure_bins), for every
+# calibrator; empty in rows written before it existed, and for calibrators other than UnCal, GATS and SimCalib in
+# the passes that binned those three only (figure_bins.FIGURE_CALIBRATORS).
 # DEFINITION_COLUMNS: the split and processed graph the run was computed on (simcalib.store.integrity); empty
 # (unknown) in rows written before they existed.
 # ESTIMATOR_NAMES (simcalib.metrics): estimators beside the binned metrics, last, where appending a row to a
