@@ -174,7 +174,7 @@ def run_study(plan: dict) -> dict:
             if ledger.calibrations_done and not ledger.complete:
                 logger.info("%s: %d of %d rows in %s; %d runs with work left", benchmark.name, ledger.calibrations_done,
                             ledger.calibrations, ledger.results, len(ledger.runs_left()))
-        logger.info("study %s: %d benchmarks, %s runs, %d calibrators (%d benchmarks complete before) -> %d tasks "
+        logger.info("study %s: %d benchmarks, runs: %s, %d calibrators (%d benchmarks complete before) -> %d tasks "
                     "on %s (%d workers; %s); output %s", study.name, len(study.benchmarks), study.describe_runs(),
                     len({c for p in study.benchmarks for c in p.calibrator_names}), len(schedule.complete),
                     schedule.units_planned, execution.runner, _runner_spec(execution, layout).workers, layout.line(),

@@ -171,7 +171,7 @@ def run_study(args: argparse.Namespace) -> int:
     study_flow = flows_module("study").study_flow
 
     start_temporary_server()  # where no Prefect server is configured: one a Ctrl-C does not stop mid-study
-    print(f"study {study.name}: {len(study.benchmarks())} benchmarks, {plan.describe_runs()}, "
+    print(f"study {study.name}: {len(study.benchmarks())} benchmarks, runs: {plan.describe_runs()}, "
           f"{len(study.calibrators)} calibrators on {study.spec.task_runner.kind}; output {study.output}; "
           f"plan {plan.digest()}", flush=True)
     _exit_cleanly_on_sigterm(study.output)
