@@ -4,7 +4,8 @@ For each benchmark plan of the chosen datasets and backbones (every calibrator o
 study flow later computes only what is missing), the runs' rows for the chosen calibrators are computed by
 :func:`simcalib.experiment.node_runs.evaluate_run` and appended to the plan's ``results.csv`` under ``--out`` with
 the ledger's rule (:meth:`~simcalib.experiment.ledger.BenchmarkLedger.accept`), one run at a time; rows already
-there are not computed again. ``--budget-minutes`` stops between runs; a stopped slice resumes from its rows.
+there are not computed again. ``--budget-minutes`` (CPU minutes of this process) and ``--stop-at`` (a UTC time)
+stop it between runs; a stopped slice resumes from its rows.
 ``<out>/provenance.yaml`` records the command, code commit, dates, machine and the rows per benchmark.
 
     python benchmarks/shift_conformal/run_slice.py --study study/conformal.yaml --out reports/conformal/results \
@@ -56,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", nargs="+", required=True)
     parser.add_argument("--backbones", nargs="+", default=["GCN"])
     parser.add_argument("--calibrators", nargs="+", default=None, help="default: every calibrator of the study")
-    parser.add_argument("--budget-minutes", type=float, default=None, help="stop between runs after this long")
+    parser.add_argument("--budget-minutes", type=float, default=None,
+                        help="stop between runs after this many CPU minutes of this process")
+    parser.add_argument("--stop-at", default=None, metavar="HH:MM", help="stop between runs after this UTC time today")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
 
@@ -86,8 +89,11 @@ def main(argv: list[str] | None = None) -> int:
             todo = [c for c in ledger.todo(run) if c in chosen]
             if not todo:
                 continue
-            if args.budget_minutes is not None and time.perf_counter() - start > 60 * args.budget_minutes:
-                stopped = f"budget of {args.budget_minutes:g} minutes reached before {benchmark.name} {run.tag()}"
+            if args.budget_minutes is not None and time.process_time() - cpu0 > 60 * args.budget_minutes:
+                stopped = f"budget of {args.budget_minutes:g} CPU minutes reached before {benchmark.name} {run.tag()}"
+                break
+            if args.stop_at is not None and _now()[11:16] >= args.stop_at:
+                stopped = f"stop time {args.stop_at} UTC reached before {benchmark.name} {run.tag()}"
                 break
             t = time.perf_counter()
             rows = evaluate_run(benchmark, run, todo)
