@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -69,10 +68,11 @@ from simcalib.experiment.shift import ID_FRACTION, ShiftSplit, generate_shift_sp
 from simcalib.experiment.splits import split_digest, split_source_label
 from simcalib.metrics import compute_metrics
 from simcalib.seeding import derive_seed, seed_everything
-from simcalib.store.integrity import BACKBONE_OPTIONS_COLUMN, CALIBRATOR_DIGEST_COLUMN, CALIBRATOR_OPTIONS_COLUMN
-
-if TYPE_CHECKING:
-    from simcalib.experiment.plan import BenchmarkPlan
+from simcalib.store.integrity import (
+    BACKBONE_OPTIONS_COLUMN,
+    CALIBRATOR_DIGEST_COLUMN,
+    CALIBRATOR_OPTIONS_COLUMN,
+)
 
 KINDS = ("protocol", "shift", "conformal")  # BenchmarkPlan.kind: the protocol's rows, or the rows of this module
 
@@ -199,9 +199,10 @@ def evaluate_conformal_run(run: Run, settings: ProtocolSettings, calibrators: Ma
     return rows
 
 
-def evaluate_run(plan: BenchmarkPlan, run: Run, calibrators: Sequence[str] | None = None,
+def evaluate_run(plan, run: Run, calibrators: Sequence[str] | None = None,
                  predictions_dir=None) -> list[dict]:
-    """The rows of ``run`` (one of ``plan.runs``) for ``calibrators`` (names the plan runs, in any spelling the
+    """The rows of ``run`` (one of ``plan.runs``, ``plan`` a :class:`~simcalib.experiment.plan.BenchmarkPlan`) for
+    ``calibrators`` (names the plan runs, in any spelling the
     registry resolves; None: all of the plan's), for a plan of kind ``shift`` or ``conformal``: the columns of
     :func:`evaluate_shift_run` or :func:`evaluate_conformal_run` under the plan's settings and the kind's options,
     with the plan's calibrator definition (``calibrator_options``, ``calibrator_digest``). Appended with

@@ -41,6 +41,7 @@ from simcalib.backbones import backbone_name
 from simcalib.calibrators import build_calibrator, canonical_calibrator
 from simcalib.data import get_spec, graph_digest
 from simcalib.errors import ConfigError, SimCalibError
+from simcalib.experiment.node_runs import KINDS, row_kind_definition, shift_run_split
 from simcalib.experiment.protocol import (
     ProtocolSettings,
     Run,
@@ -389,8 +390,6 @@ def plan_benchmark(dataset: str, backbone: str, splits: Iterable[int], inits: It
     loaded (missing or corrupt data fails here) and their digests recorded. ``kind``/``kind_options``: see
     :attr:`BenchmarkPlan.kind` (a shift plan's splits are its shift splits, all generated). ConfigError on
     input that cannot run (a fixed/generated split mix that is not allowed, unknown options)."""
-    from simcalib.experiment.node_runs import KINDS, row_kind_definition, shift_run_split
-
     if kind not in KINDS:
         raise ConfigError(f"unknown benchmark kind {kind!r}; one of {', '.join(KINDS)}")
     kind_options = dict(kind_options or {})

@@ -28,10 +28,17 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from simcalib.report.bootstrap import mean_interval
 from simcalib.report.render import Bullets, Heading, Paragraph, table_block, write_report
-from simcalib.report.shift import PAIR_KEYS, _cell, _mean_cells, _p, coverage_lines, paired, planned_benchmarks, \
-    read_kind_rows
+from simcalib.report.shift import (
+    PAIR_KEYS,
+    coverage_lines,
+    interval_cell,
+    mean_with_interval,
+    p_text,
+    paired,
+    planned_benchmarks,
+    read_kind_rows,
+)
 from simcalib.report.stats import holm, wilcoxon_pvalue
 
 REFERENCE = "TS"
@@ -62,12 +69,12 @@ def conformal_table(rows: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFr
                 record = dict(zip(BENCHMARK, key), score=score, alpha=float(alpha), calibrator=calibrator,
                               runs=len(own), ece_mean=float(own["ece"].astype(float).mean()))
                 for metric in ("coverage", "set_size", "singleton_hit"):
-                    record[f"{metric}_mean"], record[f"{metric}_low"], record[f"{metric}_high"] = _mean_cells(
+                    record[f"{metric}_mean"], record[f"{metric}_low"], record[f"{metric}_high"] = mean_with_interval(
                         own[column % metric].astype(float), own["split"])
                 pairs = paired(group, calibrator, column % "set_size", reference) if calibrator != reference \
                     else pd.DataFrame()
                 if len(pairs):
-                    record["size_diff"], record["size_diff_low"], record["size_diff_high"] = _mean_cells(
+                    record["size_diff"], record["size_diff_low"], record["size_diff_high"] = mean_with_interval(
                         pairs["m"] - pairs["r"], pairs["split"])
                     record["size_pvalue"] = wilcoxon_pvalue(pairs["m"], pairs["r"])[1]
                 else:
@@ -107,17 +114,17 @@ def answer_bullets(table: pd.DataFrame, correlation: pd.DataFrame, reference: st
             parts.append(f"{score}: smallest sets {c['smallest']} ({c['smallest_size']:.2f} labels); smaller than "
                          f"{reference}'s: {', '.join(smaller) or 'none'}, larger: {', '.join(larger) or 'none'}; "
                          f"Spearman(ECE, size) over {int(c['calibrators'])} calibrators {c['spearman']:+.2f} "
-                         f"(p {_p(c['pvalue'])})")
+                         f"(p {p_text(c['pvalue'])})")
         items.append(f"**{dataset} {backbone}, alpha {alpha:g}**: " + "; ".join(parts) + ".")
     return items
 
 
 def _body(table: pd.DataFrame) -> list[list[str]]:
     return [[f"{r['dataset']} {r['backbone']}", f"{r['score']} @ {r['alpha']:g}", r["calibrator"], str(int(r["runs"])),
-             f"{r['ece_mean']:.2f}", _cell(r["coverage_mean"], r["coverage_low"], r["coverage_high"], 3),
-             _cell(r["set_size_mean"], r["set_size_low"], r["set_size_high"], 2),
-             _cell(r["size_diff"], r["size_diff_low"], r["size_diff_high"], 2, signed=True), _p(r["size_pvalue_holm"]),
-             _cell(r["singleton_hit_mean"], r["singleton_hit_low"], r["singleton_hit_high"], 3)]
+             f"{r['ece_mean']:.2f}", interval_cell(r["coverage_mean"], r["coverage_low"], r["coverage_high"], 3),
+             interval_cell(r["set_size_mean"], r["set_size_low"], r["set_size_high"], 2),
+             interval_cell(r["size_diff"], r["size_diff_low"], r["size_diff_high"], 2, signed=True), p_text(r["size_pvalue_holm"]),
+             interval_cell(r["singleton_hit_mean"], r["singleton_hit_low"], r["singleton_hit_high"], 3)]
             for r in table.to_dict("records")]
 
 
@@ -157,7 +164,7 @@ def build_conformal_report(results: str | os.PathLike, out: str | os.PathLike, t
         Heading(2, "Calibration against set size"),
         table_block(["Benchmark", "Score", "Alpha", "Calibrators", "Spearman(ECE, size)", "p", "Smallest sets"],
                     [[f"{r['dataset']} {r['backbone']}", r["score"], f"{r['alpha']:g}", str(int(r["calibrators"])),
-                      f"{r['spearman']:+.2f}" if np.isfinite(r["spearman"]) else "", _p(r["pvalue"]),
+                      f"{r['spearman']:+.2f}" if np.isfinite(r["spearman"]) else "", p_text(r["pvalue"]),
                       f"{r['smallest']} ({r['smallest_size']:.2f})"] for r in correlation.to_dict("records")],
                     numeric_from=2),
         Heading(2, "What the rows hold"),

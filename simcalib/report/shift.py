@@ -95,7 +95,7 @@ def paired(rows: pd.DataFrame, calibrator: str, column: str, reference: str = RE
                          "split": pairs["split"]})
 
 
-def _mean_cells(values: pd.Series, splits: pd.Series) -> tuple[float, float, float]:
+def mean_with_interval(values: pd.Series, splits: pd.Series) -> tuple[float, float, float]:
     interval = mean_interval(values.to_numpy(float), splits.to_numpy())
     return (float(values.mean()), np.nan if interval is None else interval.low,
             np.nan if interval is None else interval.high)
@@ -113,18 +113,18 @@ def shift_table(rows: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
                 for part in PARTS:
                     column = f"{part}_{metric}"
                     prefix = f"{column}_"
-                    record[prefix + "mean"], record[prefix + "low"], record[prefix + "high"] = _mean_cells(
+                    record[prefix + "mean"], record[prefix + "low"], record[prefix + "high"] = mean_with_interval(
                         own[column].astype(float), own["split"])
                     pairs = paired(group, calibrator, column, reference) if calibrator != reference else pd.DataFrame()
                     if len(pairs):
                         diff = pairs["m"] - pairs["r"]
                         record[prefix + "diff"], record[prefix + "diff_low"], record[prefix + "diff_high"] = \
-                            _mean_cells(diff, pairs["split"])
+                            mean_with_interval(diff, pairs["split"])
                         record[prefix + "pvalue"] = wilcoxon_pvalue(pairs["m"], pairs["r"])[1]
                     else:
                         for s in ("diff", "diff_low", "diff_high", "pvalue"):
                             record[prefix + s] = np.nan
-            record["shift_ece_mean"], record["shift_ece_low"], record["shift_ece_high"] = _mean_cells(
+            record["shift_ece_mean"], record["shift_ece_low"], record["shift_ece_high"] = mean_with_interval(
                 own["ood_ece"].astype(float) - own["id_ece"].astype(float), own["split"])
             records.append(record)
     table = pd.DataFrame(records, columns=[c for c in TABLE_COLUMNS if not c.endswith("pvalue_holm")])
@@ -134,14 +134,14 @@ def shift_table(rows: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
     return table[TABLE_COLUMNS]
 
 
-def _cell(mean: float, low: float, high: float, digits: int = 2, signed: bool = False) -> str:
+def interval_cell(mean: float, low: float, high: float, digits: int = 2, signed: bool = False) -> str:
     if not np.isfinite(mean):
         return ""
     fmt = (lambda v: f"{v:+.{digits}f}") if signed else (lambda v: f"{v:.{digits}f}")
     return fmt(mean) + (f" [{fmt(low)}, {fmt(high)}]" if np.isfinite(low) and np.isfinite(high) else "")
 
 
-def _p(value: float) -> str:
+def p_text(value: float) -> str:
     return f"{value:.2g}" if np.isfinite(value) else ""
 
 
@@ -181,15 +181,15 @@ def _body(table: pd.DataFrame) -> list[list[str]]:
     body = []
     for r in table.to_dict("records"):
         body.append([f"{r['dataset']} {r['backbone']} {r['shift_property']}", r["calibrator"], str(int(r["runs"])),
-                     _cell(r["id_ece_mean"], r["id_ece_low"], r["id_ece_high"]),
-                     _cell(r["ood_ece_mean"], r["ood_ece_low"], r["ood_ece_high"]),
-                     _cell(r["ood_ece_diff"], r["ood_ece_diff_low"], r["ood_ece_diff_high"], signed=True),
-                     _p(r["ood_ece_pvalue_holm"]),
-                     _cell(r["shift_ece_mean"], r["shift_ece_low"], r["shift_ece_high"], signed=True),
-                     _cell(r["id_nll_mean"], r["id_nll_low"], r["id_nll_high"], 3),
-                     _cell(r["ood_nll_mean"], r["ood_nll_low"], r["ood_nll_high"], 3),
-                     _cell(r["ood_nll_diff"], r["ood_nll_diff_low"], r["ood_nll_diff_high"], 3, signed=True),
-                     _p(r["ood_nll_pvalue_holm"])])
+                     interval_cell(r["id_ece_mean"], r["id_ece_low"], r["id_ece_high"]),
+                     interval_cell(r["ood_ece_mean"], r["ood_ece_low"], r["ood_ece_high"]),
+                     interval_cell(r["ood_ece_diff"], r["ood_ece_diff_low"], r["ood_ece_diff_high"], signed=True),
+                     p_text(r["ood_ece_pvalue_holm"]),
+                     interval_cell(r["shift_ece_mean"], r["shift_ece_low"], r["shift_ece_high"], signed=True),
+                     interval_cell(r["id_nll_mean"], r["id_nll_low"], r["id_nll_high"], 3),
+                     interval_cell(r["ood_nll_mean"], r["ood_nll_low"], r["ood_nll_high"], 3),
+                     interval_cell(r["ood_nll_diff"], r["ood_nll_diff_low"], r["ood_nll_diff_high"], 3, signed=True),
+                     p_text(r["ood_nll_pvalue_holm"])])
     return body
 
 
@@ -269,5 +269,6 @@ def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title
     return out / "report.md"
 
 
-__all__ = ["ALPHA", "KindRows", "REFERENCE", "TABLE_COLUMNS", "answer_bullets", "build_shift_report",
+__all__ = ["ALPHA", "KindRows", "REFERENCE", "TABLE_COLUMNS", "answer_bullets", "build_shift_report", "interval_cell",
+           "mean_with_interval", "p_text",
            "coverage_lines", "paired", "planned_benchmarks", "read_kind_rows", "shift_table", "significant"]

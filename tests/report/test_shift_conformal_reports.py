@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simcalib.report.conformal import build_conformal_report, calibration_and_size, conformal_table
+from simcalib.report.conformal import calibration_and_size, conformal_table
 from simcalib.report.shift import build_shift_report, read_kind_rows, shift_table
 from simcalib.store.results_store import append_rows
 
