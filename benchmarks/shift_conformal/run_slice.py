@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     study = load_study(args.study, {"benchmarks": {"datasets": args.datasets, "backbones": args.backbones},
                                     "output": str(out)})
     plan = plan_study(study, data=True)
-    start, started = time.perf_counter(), _now()
+    start, started, commit = time.perf_counter(), _now(), _commit()  # the code the rows are computed with
     cpu0 = time.process_time()
     counts: dict[str, dict] = {}
     stopped = None
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             break
     record = {"command": " ".join([os.path.relpath(sys.argv[0]) if argv is None else "run_slice.py",
                                    *(sys.argv[1:] if argv is None else argv)]),
-              "code_commit": _commit(), "started": started, "finished": _now(),
+              "code_commit": commit, "started": started, "finished": _now(),
               "wall_s": round(time.perf_counter() - start), "cpu_s": round(time.process_time() - cpu0),
               "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "gpu": None,
                           "torch_threads": args.threads},
