@@ -38,6 +38,7 @@ from simcalib.report.shift import (
     paired,
     planned_benchmarks,
     read_kind_rows,
+    runs_text,
 )
 from simcalib.report.stats import holm, wilcoxon_pvalue
 
@@ -115,7 +116,11 @@ def answer_bullets(table: pd.DataFrame, correlation: pd.DataFrame, reference: st
                          f"{reference}'s: {', '.join(smaller) or 'none'}, larger: {', '.join(larger) or 'none'}; "
                          f"Spearman(ECE, size) over {int(c['calibrators'])} calibrators {c['spearman']:+.2f} "
                          f"(p {p_text(c['pvalue'])})")
-        items.append(f"**{dataset} {backbone}, alpha {alpha:g}**: " + "; ".join(parts) + ".")
+        outside = group[(group["coverage_high"] < 1 - alpha) | (group["coverage_low"] > 1 - alpha)]
+        held = ("the 95% interval of every calibrator's mean coverage holds 1 - alpha" if outside.empty else
+                "mean coverage with a 95% interval beside 1 - alpha: "
+                + ", ".join(f"{r.calibrator} ({r.score}, {r.coverage_mean:.3f})" for r in outside.itertuples()))
+        items.append(f"**{dataset} {backbone}, alpha {alpha:g}**: " + "; ".join(parts) + f"; coverage: {held}.")
     return items
 
 
@@ -170,13 +175,15 @@ def build_conformal_report(results: str | os.PathLike, out: str | os.PathLike, t
         Heading(2, "What the rows hold"),
         Bullets(tuple(coverage_lines(rows, planned_benchmarks(study)))),
         Heading(2, "What the rows show and what they cannot"),
-        Paragraph(f"{len(runs)} benchmark(s), {int(runs.min())}-{int(runs.max())} runs each. Each run's calibration "
-                  "fold is divided per class: half fits every calibrator, half sets the quantile, so each calibrator "
+        Paragraph(f"{len(runs)} benchmark(s), {runs_text(int(runs.min()), int(runs.max()))} each. Each run's "
+                  "calibration fold is divided per class: half fits every calibrator, half sets the quantile, so each calibrator "
                   "is fitted on fewer nodes than under the protocol, and its ECE here is not the protocol's. The "
                   "quantile part is small (about 70 nodes on Cora), so a run's coverage varies by a few points around "
                   "its nominal value; the guarantee is marginal over the draw of those nodes, not per run. The "
                   "correlation is over the calibrators of one benchmark (their means), a description of these "
-                  "calibrators, not a causal effect of calibration; with 5 splits the intervals are wide."),
+                  "calibrators, not a causal effect of calibration; with 5 splits the intervals are wide. The "
+                  "calibration fold is drawn per class in proportion to the class sizes and the test nodes uniformly "
+                  "from the rest, so quantile and test nodes are exchangeable up to that stratification."),
     ]
     write_report(blocks, out, title)
     return out / "report.md"

@@ -141,6 +141,11 @@ def interval_cell(mean: float, low: float, high: float, digits: int = 2, signed:
     return fmt(mean) + (f" [{fmt(low)}, {fmt(high)}]" if np.isfinite(low) and np.isfinite(high) else "")
 
 
+def runs_text(low: int, high: int) -> str:
+    """``15 runs`` or ``9-15 runs``."""
+    return f"{low} runs" if low == high else f"{low}-{high} runs"
+
+
 def p_text(value: float) -> str:
     return f"{value:.2g}" if np.isfinite(value) else ""
 
@@ -200,7 +205,7 @@ def coverage_lines(rows: pd.DataFrame, planned: pd.DataFrame | None) -> list[str
     for folder, group in rows.groupby("folder", sort=True):
         per = group.groupby("calibrator").size()
         lines.append(f"`{folder}`: {group[PAIR_KEYS].drop_duplicates().shape[0]} runs, {len(per)} calibrators "
-                     f"({', '.join(per.index)}), {per.min()}-{per.max()} runs each")
+                     f"({', '.join(per.index)}), {runs_text(per.min(), per.max())} each")
     if planned is not None:
         have = set(rows["folder"]) if len(rows) else set()
         missing = [f for f in planned["folder"] if f not in have]
@@ -257,7 +262,7 @@ def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title
         Heading(2, "What the rows hold"),
         Bullets(tuple(coverage_lines(rows, planned_benchmarks(study)))),
         Heading(2, "What the rows show and what they cannot"),
-        Paragraph(f"{len(runs)} benchmark(s), {int(runs.min())}-{int(runs.max())} runs each (5 splits x 1 "
+        Paragraph(f"{len(runs)} benchmark(s), {runs_text(int(runs.min()), int(runs.max()))} each (5 splits x 1 "
                   "initialisation x 3 folds where complete). The intervals resample whole splits, so with 5 splits "
                   "they are wide, and the tests have few pairs: a difference that is not significant here is not "
                   "shown to be absent. Every benchmark is one graph and one backbone under one shift; what holds "
@@ -270,5 +275,5 @@ def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title
 
 
 __all__ = ["ALPHA", "KindRows", "REFERENCE", "TABLE_COLUMNS", "answer_bullets", "build_shift_report", "interval_cell",
-           "mean_with_interval", "p_text",
+           "mean_with_interval", "p_text", "runs_text",
            "coverage_lines", "paired", "planned_benchmarks", "read_kind_rows", "shift_table", "significant"]

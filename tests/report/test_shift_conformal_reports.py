@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simcalib.report.conformal import calibration_and_size, conformal_table
+from simcalib.report.conformal import answer_bullets, calibration_and_size, conformal_table
 from simcalib.report.shift import build_shift_report, read_kind_rows, shift_table
 from simcalib.store.results_store import append_rows
 
@@ -63,7 +63,7 @@ def test_the_shift_report_leads_with_the_answer_and_states_the_run_counts(tmp_pa
     assert text.index("## Answer") < text.index("## ECE and NLL") < text.index("## What the rows hold")
     assert "Below TS on both: none; below in distribution only: none" in text
     assert "OOD ECE below TS: Better" in text and "ID ECE below TS: none; above: UnCal, Worse" in text
-    assert "`Cora_GCN_density`: 15 runs, 4 calibrators" in text and "2 benchmark(s), 15-15 runs each" in text
+    assert "`Cora_GCN_density`: 15 runs, 4 calibrators" in text and "2 benchmark(s), 15 runs each" in text
     assert (tmp_path / "out" / "report.html").is_file() and (tmp_path / "out" / "shift_table.csv").is_file()
     # the same run in two property folders is no repeat: each folder is checked on its own
     assert len(read_kind_rows(tmp_path / "results", ["id_ece"]).rows) == 2 * 60
@@ -83,6 +83,10 @@ def test_the_conformal_table_and_the_calibration_set_size_correlation():
     assert good["size_pvalue_holm"] < 0.05
     (correlation,) = calibration_and_size(table).to_dict("records")
     assert correlation["spearman"] == pytest.approx(1.0) and correlation["smallest"] == "TS"
+    (answer,) = answer_bullets(table, calibration_and_size(table))
+    assert "smaller than TS's: none, larger: Good, UnCal" in answer
+    # coverage 0.907 on every run of every calibrator: above 0.9 beyond its interval, said so
+    assert "interval beside 1 - alpha: TS (APS, 0.907)" in answer
 
 
 def test_make_report_renders_kind_entries_with_rows_and_skips_them_without(tmp_path, capsys):
