@@ -157,8 +157,18 @@ def significant(table: pd.DataFrame, column: str, below: bool) -> pd.Series:
     return (table[f"{column}_pvalue_holm"] < ALPHA) & ((diff < 0) if below else (diff > 0))
 
 
+def graph_aware(name: str) -> bool:
+    """Whether calibrator ``name`` reads the graph (its class's ``needs_graph``: a temperature per node from the
+    graph, e.g. CaGCN, GATS, SimCalib, WATS); unknown names: False."""
+    from simcalib.calibrators import CALIBRATORS
+
+    entry = CALIBRATORS.get(name)
+    return bool(entry is not None and entry.cls.needs_graph)
+
+
 def answer_bullets(table: pd.DataFrame, reference: str = REFERENCE) -> list[str]:
-    """Per benchmark: the calibrators significantly below and above ``reference`` on ID and on OOD ECE."""
+    """Per benchmark: the calibrators significantly below and above ``reference`` on ID and on OOD ECE, and the
+    graph-aware (node-wise) ones among those below it out of distribution."""
     items = []
     for key, group in table.groupby(BENCHMARK, sort=True):
         parts = []
@@ -171,9 +181,13 @@ def answer_bullets(table: pd.DataFrame, reference: str = REFERENCE) -> list[str]
                       & set(group[significant(group, "ood_ece", True)]["calibrator"]))
         lost = sorted(set(group[significant(group, "id_ece", True)]["calibrator"])
                       - set(group[significant(group, "ood_ece", True)]["calibrator"]))
+        ood_below = group[significant(group, "ood_ece", True)]["calibrator"].tolist()
+        nodewise = [c for c in ood_below if graph_aware(c)]
+        tested = sorted(c for c in group["calibrator"] if graph_aware(c))
         items.append(f"**{' '.join(map(str, key))}**: " + "; ".join(parts)
                      + f". Below {reference} on both: {', '.join(kept) or 'none'}; below in distribution only: "
-                       f"{', '.join(lost) or 'none'}.")
+                       f"{', '.join(lost) or 'none'}. Node-wise (graph-aware) calibrators below one temperature "
+                       f"({reference}) out of distribution: {', '.join(nodewise) or 'none'} of {len(tested)}.")
     return items
 
 
@@ -276,4 +290,4 @@ def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title
 
 __all__ = ["ALPHA", "KindRows", "REFERENCE", "TABLE_COLUMNS", "answer_bullets", "build_shift_report", "interval_cell",
            "mean_with_interval", "p_text", "runs_text",
-           "coverage_lines", "paired", "planned_benchmarks", "read_kind_rows", "shift_table", "significant"]
+           "coverage_lines", "graph_aware", "paired", "planned_benchmarks", "read_kind_rows", "shift_table", "significant"]

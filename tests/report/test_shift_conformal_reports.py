@@ -20,9 +20,9 @@ def _shift_rows(property: str = "popularity") -> list[dict]:
     rows = []
     for split, init, fold in RUNS:
         ts_id, ts_ood = 4 + rng.normal(0, 0.5), 8 + rng.normal(0, 0.5)
-        # Better: below TS out of distribution on every run; Worse: above TS in and out; UnCal far above
+        # GATS: below TS out of distribution on every run; Worse: above TS in and out; UnCal far above
         for name, id_ece, ood_ece in (("UnCal", ts_id + 10, ts_ood + 12), ("TS", ts_id, ts_ood),
-                                      ("Better", ts_id + rng.normal(0, 0.1), ts_ood - 2 + rng.normal(0, 0.1)),
+                                      ("GATS", ts_id + rng.normal(0, 0.1), ts_ood - 2 + rng.normal(0, 0.1)),
                                       ("Worse", ts_id + 1 + rng.normal(0, 0.1), ts_ood + 1 + rng.normal(0, 0.1))):
             rows.append({"dataset": "Cora", "backbone": "GCN", "calibrator": name, "split": split, "init": init,
                          "fold": fold, "seed": 100 * split + fold, "label_rate": 0.15, "backbone_digest": f"b{split}{fold}",
@@ -45,10 +45,10 @@ def _conformal_rows() -> list[dict]:
 
 def test_the_shift_table_pairs_runs_and_tests_against_ts(tmp_path):
     table = shift_table(pd.DataFrame(_shift_rows()))
-    better = table.set_index("calibrator").loc["Better"]
-    assert better["runs"] == 15 and better["ood_ece_diff"] == pytest.approx(-2, abs=0.1)
-    assert better["ood_ece_diff_low"] < better["ood_ece_diff"] < better["ood_ece_diff_high"] < 0
-    assert better["ood_ece_pvalue_holm"] < 0.05 and not better["id_ece_pvalue_holm"] < 0.05
+    gats = table.set_index("calibrator").loc["GATS"]
+    assert gats["runs"] == 15 and gats["ood_ece_diff"] == pytest.approx(-2, abs=0.1)
+    assert gats["ood_ece_diff_low"] < gats["ood_ece_diff"] < gats["ood_ece_diff_high"] < 0
+    assert gats["ood_ece_pvalue_holm"] < 0.05 and not gats["id_ece_pvalue_holm"] < 0.05
     ts = table.set_index("calibrator").loc["TS"]
     assert np.isnan(ts["ood_ece_pvalue"]) and ts["id_ece_low"] < ts["id_ece_mean"] < ts["id_ece_high"]
     # Holm over the table: each adjusted p at least its raw p
@@ -62,7 +62,8 @@ def test_the_shift_report_leads_with_the_answer_and_states_the_run_counts(tmp_pa
     text = report.read_text()
     assert text.index("## Answer") < text.index("## ECE and NLL") < text.index("## What the rows hold")
     assert "Below TS on both: none; below in distribution only: none" in text
-    assert "OOD ECE below TS: Better" in text and "ID ECE below TS: none; above: UnCal, Worse" in text
+    assert "Node-wise (graph-aware) calibrators below one temperature (TS) out of distribution: GATS of 1" in text
+    assert "OOD ECE below TS: GATS" in text and "ID ECE below TS: none; above: UnCal, Worse" in text
     assert "`Cora_GCN_density`: 15 runs, 4 calibrators" in text and "2 benchmark(s), 15 runs each" in text
     assert (tmp_path / "out" / "report.html").is_file() and (tmp_path / "out" / "shift_table.csv").is_file()
     # the same run in two property folders is no repeat: each folder is checked on its own
