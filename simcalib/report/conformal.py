@@ -183,7 +183,11 @@ def build_conformal_report(results: str | os.PathLike, out: str | os.PathLike, t
                   "correlation is over the calibrators of one benchmark (their means), a description of these "
                   "calibrators, not a causal effect of calibration; with 5 splits the intervals are wide. The "
                   "calibration fold is drawn per class in proportion to the class sizes and the test nodes uniformly "
-                  "from the rest, so quantile and test nodes are exchangeable up to that stratification."),
+                  "from the rest, so quantile and test nodes are exchangeable up to that stratification. The table "
+                  f"holds {len(table)} coverage intervals: at 95% about {0.05 * len(table):.0f} miss 1 - alpha by chance "
+                  "even where every calibrator covers, so a coverage named in the answer is a flag, not a finding; "
+                  "where a calibrator's sets are the smallest at a coverage below 1 - alpha, they are small partly "
+                  "because they cover less."),
     ]
     write_report(blocks, out, title)
     return out / "report.md"
