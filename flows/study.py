@@ -43,6 +43,7 @@ from prefect.cache_policies import NO_CACHE
 
 from simcalib.errors import SimCalibError
 from simcalib.experiment.ledger import run_label
+from simcalib.experiment.node_runs import KINDS
 from simcalib.experiment.plan import BenchmarkPlan, StudyPlan, plan_study
 from simcalib.experiment.protocol import Run
 from simcalib.experiment.schedule import (
@@ -98,6 +99,13 @@ def write_summary(dataset: str, backbone: str, out_dir: str) -> dict:
             "rows": len(frame)}
 
 
+def _ece_text(row: dict) -> str:
+    """A row's ECE for its log line: the test nodes' (protocol, conformal), or the ID and OOD test nodes' (shift)."""
+    if "ece" in row:
+        return f"ECE {row['ece']:6.2f}%"
+    return f"ECE ID {row['id_ece']:6.2f}% OOD {row['ood_ece']:6.2f}%"
+
+
 # No Prefect result persistence: a finished backbone is its disk-cache entry, a finished calibration its row.
 _TASK = {"task_run_name": "{unit.name}", "cache_policy": NO_CACHE, "persist_result": False}
 pretrain = task(compute, name="pretrain", **_TASK)
@@ -134,7 +142,7 @@ def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = No
     ``plan``: the study already resolved (:meth:`~simcalib.experiment.plan.StudyPlan.to_json`, as ``simcalib study run``
     passes it); else the file is resolved here, once, before the task runner (a Dask cluster, processes) starts."""
     study_plan = StudyPlan.from_json(plan) if plan is not None else plan_study(load_study(study_file, overrides))
-    study_plan.check_flow_runs_it()
+    study_plan.check_flow_runs_it(KINDS)
     execution = study_plan.execution
     spec = _runner_spec(execution, study_layout(study_plan))
     with results_lock(study_plan.output, command=f"simcalib study run {study_file}", notify=print), \
@@ -287,9 +295,9 @@ class _Driver:
         self.backbone_stats.setdefault(unit.plan.name, []).extend(outcome.backbones)
         plan = unit.plan
         for row in outcome.rows:
-            self.logger.info("[%d/%d] %s %s %-10s ECE %6.2f%%", schedule.returned, schedule.calibrations, plan.name,
+            self.logger.info("[%d/%d] %s %s %-10s %s", schedule.returned, schedule.calibrations, plan.name,
                              run_label(Run(plan.dataset, plan.backbone, row["split"], row["init"], row["fold"])),
-                             row["calibrator"], row["ece"])
+                             row["calibrator"], _ece_text(row))
         for line in outcome.refused:
             self.logger.error("[%d/%d] %s", schedule.returned, schedule.calibrations, line)
         for line in outcome.failures:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import re
 import subprocess
 import tempfile
 import threading
@@ -151,6 +152,24 @@ def leaderboard_metrics(results: pd.DataFrame, calibrator: str) -> dict[str, flo
     seconds = pd.to_numeric(rows["fit_seconds"], errors="coerce") if "fit_seconds" in rows else pd.Series(dtype=float)
     if seconds.notna().any():
         out["fit_seconds_median"] = float(seconds.median())
+    out.update(kind_metrics(rows))
+    return out
+
+
+KIND_COLUMN = re.compile(r"^(?:(?:id|ood|ood_minus_id)_(?:ece|nll|brier|accuracy)|"
+                         r"[A-Za-z]+_(?:coverage|set_size|singleton_hit)@[0-9.]+)$")
+
+
+def kind_metrics(rows: pd.DataFrame) -> dict[str, float]:
+    """Mean over runs of the columns of a shift or conformal benchmark's rows (simcalib.experiment.node_runs):
+    ``id_ece``, ``ood_ece``, ``ood_minus_id_ece`` & co.; ``APS_coverage@0.1`` logged as ``APS_coverage_at_0.1``
+    (MLflow keys take no ``@``). None for the protocol's rows."""
+    out = {}
+    for column in rows.columns:
+        if KIND_COLUMN.match(str(column)):
+            values = pd.to_numeric(rows[column], errors="coerce")
+            if values.notna().any():
+                out[f"{str(column).replace('@', '_at_')}_mean"] = float(values.mean())
     return out
 
 
@@ -312,5 +331,6 @@ def _param_text(value) -> str:
 
 __all__ = [
     "BenchmarkRecord", "LEADERBOARD_METRICS", "StudyTracker", "artifact_location", "calibrator_hyperparameters",
+    "kind_metrics",
     "git_commit", "leaderboard_metrics", "mark_model_training", "package_versions", "runs_table_url",
 ]

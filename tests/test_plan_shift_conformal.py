@@ -1,6 +1,7 @@
 """The study files' ``shift`` and ``conformal`` sections: validated, carried by the plan only when declared (so a plan
-without them keeps its JSON and digest), shown by the plan's lines, refused by the study flow that does not compute
-their columns."""
+without them keeps its JSON and digest), turned into benchmark plans of kind shift (one per property, its own
+results folder) and conformal whose calibrator digests include the kind's settings, shown by the plan's lines,
+refused by a caller that computes the protocol's rows only."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import yaml
 
 from simcalib.errors import ConfigError
+from simcalib.experiment.node_runs import KINDS
 from simcalib.experiment.plan import StudyPlan, plan_study
 from simcalib.experiment.study import load_study, study_from_dict
 
@@ -40,12 +42,38 @@ def test_the_study_files_plan_and_survive_json(path):
     if path.endswith("shift.yaml"):
         assert plan.shift == {"properties": ["popularity", "locality", "density"], "id_fraction": 0.5}
         assert {b.dataset for b in plan.benchmarks} == {"Cora", "Citeseer", "Pubmed", "Photo", "CS"}
-        assert len(plan.benchmarks) == 10 and plan.runs_per_benchmark >= 15
-        assert any(line.startswith("  shift ") and "45 per benchmark" in line for line in plan.lines())
+        assert len(plan.benchmarks) == 30 and plan.runs_per_benchmark >= 15 and plan.kinds == ("shift",)
+        cora = [b for b in plan.benchmarks if (b.dataset, b.backbone) == ("Cora", "GCN")]
+        assert [b.out_dir.name for b in cora] == ["Cora_GCN_popularity", "Cora_GCN_locality", "Cora_GCN_density"]
+        assert [b.kind_options_dict["property"] for b in cora] == ["popularity", "locality", "density"]
+        assert len({b.name for b in plan.benchmarks}) == 30
+        assert all(e.source == "generated" for b in plan.benchmarks for e in b.splits)
+        assert any(line.startswith("  shift ") and "45 runs per dataset x backbone" in line for line in plan.lines())
     else:
         assert plan.conformal["alphas"] == [0.1, 0.05] and plan.conformal["scores"] == ["APS", "RAPS", "DAPS"]
-        assert len(plan.benchmarks) == 24
+        assert len(plan.benchmarks) == 24 and plan.kinds == ("conformal",)
+        assert plan.benchmarks[0].kind_options_dict["scores"] == ["APS", "RAPS", "DAPS"]
         assert any(line.startswith("  conformal ") for line in plan.lines())
+    assert all(f"[{plan.kinds[0]}]" in line for line in plan.lines() if " runs (splits " in line)
+
+
+def test_the_kind_and_its_settings_are_part_of_each_calibrator_digest():
+    protocol = _plan().benchmarks[0]
+    conformal = _plan(conformal={}).benchmarks[0]
+    other = _plan(conformal={"quantile_fraction": 0.4}).benchmarks[0]
+    shift = _plan(shift={"properties": ["density", "locality"]}).benchmarks
+    assert protocol.kind == "protocol" and "kind" not in protocol.to_json()
+    assert conformal.kind == "conformal" and conformal.out_dir == protocol.out_dir
+    digests = [{c.name: c.digest for c in b.calibrators} for b in (protocol, conformal, other, *shift)]
+    for name in ("UnCal", "TS"):
+        assert len({d[name] for d in digests}) == len(digests)  # every kind and setting: its own rows
+    assert '"conformal":{' in conformal.calibrators[1].definition
+    assert [b.out_dir.name for b in shift] == ["Cora_GCN_density", "Cora_GCN_locality"]
+
+
+def test_a_study_with_both_sections_is_refused():
+    with pytest.raises(ConfigError, match="not both"):
+        _plan(shift={"properties": ["density"]}, conformal={})
 
 
 def test_bad_sections_are_refused_naming_the_key():
@@ -64,6 +92,8 @@ def test_the_study_flow_refuses_a_plan_whose_columns_it_does_not_compute():
     with pytest.raises(ConfigError, match="declares conformal, which the study flow does not compute"):
         study_flow.fn("study/conformal.yaml", None, plan.to_json())
     _plan().check_flow_runs_it()  # a plan without the sections runs
+    plan.check_flow_runs_it(kinds=KINDS)  # a caller that hands such plans to node_runs.evaluate_run
+    _plan(shift={"properties": ["density"]}).check_flow_runs_it(kinds=KINDS)
 
 
 def test_study_run_refuses_a_shift_study_in_one_line_before_any_work(tmp_path, capsys):

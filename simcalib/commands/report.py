@@ -89,8 +89,22 @@ def study_output(path: Path) -> tuple[Path, str]:
 
 
 MANIFEST_KEYS = {"results", "out", "title", "splits", "data_efficiency", "pinned_figures", "summary_in", "paper",
-                 "figure_calibrators", "theory", "figure_data"}
+                 "figure_calibrators", "theory", "figure_data", "kind", "study"}
 RECOMMENDED = "recommended"  # figure_calibrators: UnCal, TS, the recommendation.csv beside the manifest, SimCalib
+# ``kind: shift`` / ``kind: conformal``: the entry is rendered by simcalib.report.shift / simcalib.report.conformal
+# from the rows of simcalib.experiment.node_runs.evaluate_run (``study``: the study file whose plan the report
+# compares the rows with), and skipped with one line while its results folder holds no rows.
+KIND_REPORTS = {"shift": "simcalib.report.shift:build_shift_report",
+                "conformal": "simcalib.report.conformal:build_conformal_report"}
+
+
+def render_kind_entry(entry: dict, command: str) -> Path | None:
+    """The report of a manifest entry with ``kind``; None when its results folder holds no rows yet."""
+    import importlib
+
+    module, function = KIND_REPORTS[entry["kind"]].split(":")
+    build = getattr(importlib.import_module(module), function)
+    return build(entry["results"], entry["out"], entry["title"], entry.get("study"), regenerate=command)
 
 
 def _as_list(value) -> list:
@@ -127,7 +141,7 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
         if not isinstance(entry, dict) or not {"results", "out", "title"} <= set(entry) or set(entry) - MANIFEST_KEYS:
             raise ConfigError(f"{path}: entry {index} must have the keys results, out, title (and optionally "
                               f"splits, data_efficiency, pinned_figures, summary_in, paper, figure_calibrators, "
-                              f"theory, figure_data), got {entry!r}")
+                              f"theory, figure_data, kind, study), got {entry!r}")
         shown = entry.get("figure_calibrators")
         if shown == RECOMMENDED:
             from simcalib.report.figures import recommended_figure_calibrators
@@ -139,6 +153,11 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
                                     or not all(isinstance(m, str) for m in shown)):
             raise ConfigError(f"{path}: entry {index}: figure_calibrators must be a list of calibrator names, e.g. "
                               f"[UnCal, TS, SimCalib], or `{RECOMMENDED}`, got {shown!r}")
+        if entry.get("kind") is not None and entry["kind"] not in KIND_REPORTS:
+            raise ConfigError(f"{path}: entry {index}: kind must be one of {', '.join(KIND_REPORTS)}, got "
+                              f"{entry['kind']!r}")
+        if entry.get("kind") is not None:
+            continue  # rendered from its rows when there are any (render_kind_entry)
         if not isinstance(entry.get("theory", True), bool):
             raise ConfigError(f"{path}: entry {index}: theory must be true or false, got {entry['theory']!r}")
         for target in _as_list(entry.get("summary_in")):
@@ -170,6 +189,11 @@ def run_every(args: argparse.Namespace) -> int:
                               f"entries: {', '.join(outs)}")
         entries = [e for e, out in zip(entries, outs) if out in wanted]
     for entry in entries:
+        if entry.get("kind") is not None:
+            written = render_kind_entry(entry, command)
+            print(f"report: {written}" if written else f"report: {entry['out']} skipped (no {entry['kind']} rows below "
+                  f"{entry['results']} yet)", flush=True)
+            continue
         outputs = build_report(entry["results"], entry["out"], args.paper_dir, entry["title"], args.theory_reps,
                                args.seed, splits=entry.get("splits"), keep_figures=True, regenerate=command,
                                data_efficiency=entry.get("data_efficiency"),

@@ -15,6 +15,12 @@ Every question the protocol asks about its input is answered here, once:
   and its digest (the rows' ``calibrator_options`` and ``calibrator_digest``), and the name its fits' seeds
   derive from. The executor, the study flow and the ledger hand these entries to the protocol, which resolves
   no name again.
+* the benchmark's kind (:attr:`BenchmarkPlan.kind`): ``protocol`` (the GATS protocol's rows), ``shift`` (one plan per
+  dataset x backbone x shift property of the study file's ``shift`` section, its own results folder
+  ``<dataset>_<backbone>_<property>``, the splits the shift splits of :mod:`simcalib.experiment.shift`) or
+  ``conformal`` (the study file's ``conformal`` section: the protocol's splits, the calibration fold divided);
+  the rows of the last two are computed by :func:`simcalib.experiment.node_runs.evaluate_run`, and their
+  calibrator digests include the kind's settings (:func:`simcalib.experiment.node_runs.kind_definition`).
 
 A run then reads its settings from the plan: :attr:`BenchmarkPlan.settings` names the fixed-splits folder
 explicitly, so no process looks at ``$SIMCALIB_SPLITS_DIR`` or the checkout again. Each results row still
@@ -38,6 +44,7 @@ from simcalib.backbones import backbone_name
 from simcalib.calibrators import build_calibrator
 from simcalib.data import get_spec, graph_digest
 from simcalib.errors import ConfigError, SimCalibError
+from simcalib.experiment.node_runs import KINDS, row_kind_definition, shift_run_split
 from simcalib.experiment.protocol import (
     Options,
     PlannedCalibrator,
@@ -96,10 +103,16 @@ class BenchmarkPlan:
     data_digest: str | None  # digest of the processed graph; None when the data was not loaded
     out_dir: Path
     variant: str = ""
+    kind: str = "protocol"  # protocol | shift | conformal (simcalib.experiment.node_runs.KINDS)
+    kind_options: Options = ()  # shift: property, id_fraction; conformal: the ConformalSpec fields
 
     @property
     def name(self) -> str:
         return f"{self.dataset}-{self.backbone}{self.variant}"
+
+    @property
+    def kind_options_dict(self) -> dict:
+        return {key: list(value) if isinstance(value, tuple) else value for key, value in self.kind_options}
 
     @property
     def split_sources(self) -> dict[int, str]:
@@ -154,6 +167,10 @@ class BenchmarkPlan:
         fixed = [e.split for e in self.splits if e.source == "fixed"]
         generated = [e.split for e in self.splits if e.source == "generated"]
         settings = self.settings
+        if self.kind == "shift":
+            options = self.kind_options_dict
+            return (f"split(s) {_ranges(generated)} shift splits ({options['property']}, ID share "
+                    f"{options['id_fraction']:g}) generated from seed {settings.study_seed}")
         parts = []
         if fixed:
             parts.append(f"split(s) {','.join(map(str, fixed))} from the fixed GATS files in "
@@ -175,7 +192,8 @@ class BenchmarkPlan:
         """The benchmark in one line: runs, seeds, data, backbone, calibrators, output."""
         splits, inits, folds = self.run_indices.values()
         data = f"data {self.data_digest}" if self.has_data else "data not loaded"
-        return (f"{self.name}: {len(self.runs)} runs (splits {_ranges(splits)}, inits {_ranges(inits)}, folds "
+        kind = "" if self.kind == "protocol" else f" [{self.kind}]"
+        return (f"{self.name}{kind}: {len(self.runs)} runs (splits {_ranges(splits)}, inits {_ranges(inits)}, folds "
                 f"{_ranges(folds)}; rate {self.settings.label_rate:g}; first seed {self.seeds[0]}), "
                 f"{len(self.calibrators)} calibrators; {data}; backbone {self.backbone_options} -> {self.out_dir}")
 
@@ -188,6 +206,8 @@ class BenchmarkPlan:
             "calibrators": [{**dataclasses.asdict(c), "options": dict(c.options)} for c in self.calibrators],
             "backbone_config": dict(self.backbone_config), "backbone_options": self.backbone_options,
             "data_digest": self.data_digest,
+            # only for another kind: a protocol plan keeps its JSON and digest
+            **({"kind": self.kind, "kind_options": self.kind_options_dict} if self.kind != "protocol" else {}),
         }
 
     @classmethod
@@ -203,6 +223,7 @@ class BenchmarkPlan:
             calibrators=tuple(PlannedCalibrator(**{**c, "options": _options(c["options"])}) for c in data["calibrators"]),
             backbone_config=tuple(data["backbone_config"].items()), backbone_options=data["backbone_options"],
             data_digest=data["data_digest"], out_dir=Path(data["out_dir"]), variant=data["variant"],
+            kind=data.get("kind", "protocol"), kind_options=_kind_options(data.get("kind_options")),
         )
 
 
@@ -273,13 +294,20 @@ class StudyPlan:
     def has_data(self) -> bool:
         return all(b.has_data for b in self.benchmarks)
 
-    def check_flow_runs_it(self) -> None:
-        """ConfigError when the study declares ``shift`` or ``conformal``: the study flow writes the protocol's rows,
-        without their ID/OOD or conformal columns (:mod:`simcalib.experiment.node_runs` computes those)."""
-        declared = [key for key in ("shift", "conformal") if getattr(self, key) is not None]
-        if declared:
-            raise ConfigError(f"{self.source} declares {' and '.join(declared)}, which the study flow does not "
-                              "compute; the library computes them (simcalib.experiment.node_runs)")
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds of its benchmark plans, in order of first appearance."""
+        return tuple(dict.fromkeys(b.kind for b in self.benchmarks))
+
+    def check_flow_runs_it(self, kinds: Sequence[str] = ("protocol",)) -> None:
+        """ConfigError when a benchmark plan is of a kind outside ``kinds`` (those the caller computes; a flow that
+        hands plans of kind shift and conformal to :func:`simcalib.experiment.node_runs.evaluate_run` passes
+        ``KINDS``): a caller writing the protocol's rows would write them without their ID/OOD or conformal
+        columns."""
+        other = [kind for kind in self.kinds if kind not in kinds]
+        if other:
+            raise ConfigError(f"{self.source} declares {' and '.join(other)}, which the study flow does not "
+                              "compute; the library computes them (simcalib.experiment.node_runs.evaluate_run)")
 
     def digest(self) -> str:
         """16 hex digits of SHA-256 over :meth:`to_json` (sorted keys): equal digests, equal plans."""
@@ -326,14 +354,16 @@ class StudyPlan:
             lines.append(f"    {calibrator.name:<18} {calibrator.digest}{tuned} {_short_options(calibrator)} on {where}")
         if self.shift is not None:
             properties = self.shift["properties"]
-            lines.append(f"  shift        {', '.join(properties)}: each benchmark's {self.runs_per_benchmark} runs once per "
-                         f"property ({len(properties) * self.runs_per_benchmark} per benchmark) on shift splits in place "
-                         f"of the splits above: ID {self.shift['id_fraction']:g} of the nodes (torch_geometric "
-                         "NodePropertySplit), the protocol's folds inside it; simcalib.experiment.shift")
+            lines.append(f"  shift        {', '.join(properties)}: one benchmark plan per dataset x backbone x property "
+                         f"({len(properties) * self.runs_per_benchmark} runs per dataset x backbone), each on shift "
+                         f"splits: ID {self.shift['id_fraction']:g} of the nodes (torch_geometric NodePropertySplit), "
+                         "the protocol's folds inside it; simcalib.experiment.shift, rows by "
+                         "simcalib.experiment.node_runs.evaluate_run")
         if self.conformal is not None:
             c = self.conformal
             lines.append(f"  conformal    {', '.join(c['scores'])} at alpha {', '.join(f'{a:g}' for a in c['alphas'])}; "
-                         f"quantile part {c['quantile_fraction']:g} of the calibration fold; simcalib.conformal")
+                         f"quantile part {c['quantile_fraction']:g} of the calibration fold; simcalib.conformal, rows "
+                         "by simcalib.experiment.node_runs.evaluate_run")
         if not self.has_data:
             lines.append("  (datasets not loaded: data and split digests unknown; `simcalib study check --data` "
                          "loads them)")
@@ -378,11 +408,18 @@ def _file_sha256(path: Path) -> str:
 
 def plan_benchmark(dataset: str, backbone: str, splits: Iterable[int], inits: Iterable[int], folds: Iterable[int],
                    calibrators: Sequence[tuple[str, dict | None, str | None]], settings: ProtocolSettings,
-                   out_dir: str | Path, variant: str = "", data: bool = True) -> BenchmarkPlan:
+                   out_dir: str | Path, variant: str = "", data: bool = True, kind: str = "protocol",
+                   kind_options: dict | None = None) -> BenchmarkPlan:
     """One benchmark resolved. ``calibrators``: (name, options, tuned_from) with the options already read
     (``tuned_from`` only records where tuned ones came from). With ``data`` the graph and split files are
-    loaded (missing or corrupt data fails here) and their digests recorded. ConfigError on input that
-    cannot run (a fixed/generated split mix that is not allowed, unknown options)."""
+    loaded (missing or corrupt data fails here) and their digests recorded. ``kind``/``kind_options``: see
+    :attr:`BenchmarkPlan.kind` (a shift plan's splits are its shift splits, all generated). ConfigError on
+    input that cannot run (a fixed/generated split mix that is not allowed, unknown options)."""
+    if kind not in KINDS:
+        raise ConfigError(f"unknown benchmark kind {kind!r}; one of {', '.join(KINDS)}")
+    kind_options = dict(kind_options or {})
+    if kind == "shift" and "property" not in kind_options:
+        raise ConfigError("a shift benchmark plan needs its property (kind_options={'property': ...})")
     dataset, backbone = get_spec(dataset).name, backbone_name(backbone)
     splits, inits, folds = list(splits), list(inits), list(folds)
     if not splits or not inits or not folds:
@@ -393,13 +430,14 @@ def plan_benchmark(dataset: str, backbone: str, splits: Iterable[int], inits: It
     settings, origin = resolve_settings(settings)
     spec = get_spec(dataset)
     protocol = protocol_name(settings.fold_rate, settings.n_folds, settings.test_rate)
-    if spec.external is not None and not settings.generated_splits and protocol == PAPER_PROTOCOL:
+    if spec.external is not None and not settings.generated_splits and protocol == PAPER_PROTOCOL and kind != "shift":
         raise ConfigError(f"{spec.name} is a graph from another package ({spec.external}) and has no fixed GATS "
                           "split files; run it on splits drawn from the study seed: runs.generated_splits: true in "
                           "the study file, or --generated-splits")
     folder = None if spec.external is not None else settings.resolved_splits_dir()  # as protocol.run_split
-    sources = split_sources(dataset, splits, folder, settings.fold_rate, settings.n_folds, settings.test_rate,
-                            settings.generated_splits)
+    sources = ({s: "generated" for s in splits} if kind == "shift" else
+               split_sources(dataset, splits, folder, settings.fold_rate, settings.n_folds, settings.test_rate,
+                             settings.generated_splits))
     runs = tuple(Run(dataset, backbone, s, i, f) for s in splits for i in inits for f in folds)
     graph = load_graph(dataset, settings) if data else None
     entries = []
@@ -407,7 +445,11 @@ def plan_benchmark(dataset: str, backbone: str, splits: Iterable[int], inits: It
         path = find_split_file(folder, dataset, s, protocol) if sources[s] == "fixed" else None
         digest = label = None
         if graph is not None:
-            split = run_split(Run(dataset, backbone, s, 0, 0), settings, graph)
+            if kind == "shift":  # the rows' split: the shift split's folds and ID test nodes
+                split = shift_run_split(Run(dataset, backbone, s, 0, 0), settings, kind_options["property"],
+                                        kind_options.get("id_fraction", 0.5)).split
+            else:
+                split = run_split(Run(dataset, backbone, s, 0, 0), settings, graph)
             digest, label = split_digest(split), split_source_label(split)
         entries.append(SplitEntry(s, sources[s], str(path) if path else None, _file_sha256(path) if path else None,
                                   digest, label))
@@ -419,6 +461,9 @@ def plan_benchmark(dataset: str, backbone: str, splits: Iterable[int], inits: It
     resolved = []
     for name, options, tuned_from in calibrators:
         planned = resolve_calibrator(name, dataset, backbone, options, tuned_from)  # the name resolved: once, here
+        if kind != "protocol":  # a shift or conformal row's digest includes the kind's settings
+            definition = row_kind_definition(planned.name, dataset, backbone, planned.options_dict, kind, kind_options)
+            planned = dataclasses.replace(planned, definition=definition.text, digest=definition.digest)
         build_calibrator(planned.name, spec.num_classes, dataset, backbone, **planned.options_dict)  # options build
         resolved.append(planned)
     if len({c.name for c in resolved}) != len(resolved):
@@ -428,7 +473,7 @@ def plan_benchmark(dataset: str, backbone: str, splits: Iterable[int], inits: It
         seeds=tuple(r.seed(settings) for r in runs), splits=tuple(entries), splits_origin=origin,
         calibrators=tuple(resolved), backbone_config=tuple(vars(backbone_config(runs[0], settings)).items()),
         backbone_options=backbone_options(runs[0], settings), data_digest=data_digest, out_dir=Path(out_dir),
-        variant=variant)
+        variant=variant, kind=kind, kind_options=_kind_options(kind_options))
 
 
 def plan_study(study: Study, data: bool = True) -> StudyPlan:
@@ -458,12 +503,15 @@ def plan_study(study: Study, data: bool = True) -> StudyPlan:
         runs_key = ("runs", "per_dataset", dataset) if dataset in study.dataset_runs else ("runs", "splits")
         for rate in study.label_rates:
             variant = f"-rate{rate:g}" if study.sweeps_label_rate else ""
-            try:
-                benchmarks.append(plan_benchmark(dataset, backbone, splits, inits, folds, calibrators,
-                                                 study.settings(rate), study.benchmark_dir(dataset, backbone, rate),
-                                                 variant, data))
-            except ConfigError as exc:  # the calibrators were checked above: the splits are what cannot run
-                raise ConfigError(f"{study.where(runs_key)}: {exc}") from None
+            for kind, kind_options, suffix in _kinds(study.spec):
+                out_dir = study.benchmark_dir(dataset, backbone, rate)
+                try:
+                    benchmarks.append(plan_benchmark(dataset, backbone, splits, inits, folds, calibrators,
+                                                     study.settings(rate),
+                                                     out_dir.with_name(out_dir.name + suffix.replace("-", "_")),
+                                                     variant + suffix, data, kind, kind_options))
+                except ConfigError as exc:  # the calibrators were checked above: the splits are what cannot run
+                    raise ConfigError(f"{study.where(runs_key)}: {exc}") from None
     spec = study.spec
     runner = spec.task_runner
     execution = ExecutionPlan(runner=runner.kind, workers=runner.workers, address=runner.address,
@@ -492,6 +540,26 @@ def plan_one_benchmark(study_path: str | Path, dataset: str | None = None, backb
             benchmarks["backbones"] = [backbone]
         overrides["benchmarks"] = benchmarks
     return plan_study(load_study(study_path, overrides or None)).benchmarks[0]
+
+
+def _kinds(spec) -> list[tuple[str, dict | None, str]]:
+    """(kind, kind options, name suffix) of each benchmark plan of one dataset x backbone x rate: one per shift
+    property for a study with ``shift`` (suffix ``-<property>``, the results folder ``..._<property>``), one of
+    kind conformal for a study with ``conformal``, else one of the protocol."""
+    if spec.shift is not None and spec.conformal is not None:
+        raise ConfigError("a study file declares shift or conformal, not both; put each in its own study file")
+    if spec.shift is not None:
+        return [("shift", {"property": p, "id_fraction": spec.shift.id_fraction}, f"-{p}")
+                for p in spec.shift.properties]
+    if spec.conformal is not None:
+        return [("conformal", spec.conformal.model_dump(), "")]
+    return [("protocol", None, "")]
+
+
+def _kind_options(options: dict | None) -> Options:
+    """A kind's options as sorted pairs, lists as tuples (the plan stays hashable)."""
+    return tuple(sorted((key, tuple(value) if isinstance(value, list) else value)
+                        for key, value in (options or {}).items()))
 
 
 def _ranges(values: Sequence[int]) -> str:

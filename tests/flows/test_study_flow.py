@@ -521,3 +521,37 @@ def test_a_study_on_devices_runs_one_task_per_run_with_the_rows_of_the_per_calib
                                "run": {"computed": 3, "failed": 0}}
     rows = pd.read_csv(result["benchmarks"][0]["results"])
     pd.testing.assert_frame_equal(numbers(rows), numbers(reference.results))
+
+
+@pytest.mark.parametrize("kind, section", [
+    ("shift", {"properties": ["popularity"], "id_fraction": 0.5}),
+    ("conformal", {"alphas": [0.1], "scores": ["APS"]}),
+])
+def test_a_shift_or_conformal_study_runs_through_the_flow_one_task_per_run_with_the_librarys_rows(
+        study_env, prefect_api, kind, section):
+    """The flow hands a plan of kind shift or conformal to run units computed by node_runs.evaluate_run: the rows in
+    results.csv are the library's for that run (every column but the fit time), and a rerun computes nothing."""
+    import torch
+
+    from flows.study import study_flow
+    from simcalib.experiment.node_runs import evaluate_run
+    from simcalib.experiment.plan import plan_study
+    from simcalib.experiment.study import load_study
+
+    path = study_env.write(f"kind-{kind}", calibrators=["UnCal", "TS"],
+                           runs={"splits": 1, "inits": 1, "folds": 1, "generated_splits": True}, **{kind: section})
+    threads = torch.get_num_threads()
+    try:
+        result = study_flow(str(path))
+        again = study_flow(str(path))
+    finally:
+        torch.set_num_threads(threads)
+    assert result["granularity"] == "run" and result["tasks"]["run"] == {"computed": 1, "failed": 0}
+    assert again["tasks"]["run"] == {"computed": 0, "failed": 0}
+    (plan,) = plan_study(load_study(path)).benchmarks
+    assert plan.kind == kind
+    rows = pd.read_csv(result["benchmarks"][0]["results"])
+    expected = pd.DataFrame(evaluate_run(plan, plan.runs[0], ["UnCal", "TS"]))
+    columns = [c for c in expected.columns if c != "fit_seconds" and c in rows.columns]
+    pd.testing.assert_frame_equal(rows[columns].reset_index(drop=True), expected[columns].reset_index(drop=True),
+                                  check_dtype=False)

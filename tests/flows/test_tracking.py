@@ -142,3 +142,20 @@ def test_every_calibrator_hyperparameter_is_resolved():
 def test_sqlite_tracking_keeps_artifacts_beside_the_database(tmp_path):
     assert artifact_location(f"sqlite:///{tmp_path / 'm.db'}") == (tmp_path / "mlartifacts").as_uri()
     assert artifact_location("http://127.0.0.1:5000") is None
+
+
+def test_a_shift_or_conformal_benchmark_logs_the_means_of_its_columns(tmp_path):
+    """The rows of node_runs.evaluate_run carry ID/OOD and conformal columns: their means are logged beside the
+    leaderboard's metrics, ``@`` spelled ``_at_``."""
+    from flows.tracking import leaderboard_metrics
+
+    rows = pd.DataFrame({"calibrator": ["TS", "TS"], "split": [0, 1], "init": [0, 0], "fold": [0, 0],
+                         "id_ece": [2.0, 4.0], "ood_ece": [6.0, 8.0], "ood_minus_id_ece": [4.0, 4.0],
+                         "APS_coverage@0.1": [0.9, 0.92], "DAPS_set_size@0.05": [2.0, 3.0], "n_id_test": [5, 5]})
+    metrics = leaderboard_metrics(rows, "TS")
+    assert metrics == {"id_ece_mean": 3.0, "ood_ece_mean": 7.0, "ood_minus_id_ece_mean": 4.0,
+                       "APS_coverage_at_0.1_mean": pytest.approx(0.91), "DAPS_set_size_at_0.05_mean": 2.5}
+    tracker = StudyTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "study-k")
+    run = tracker.client.create_run(tracker.experiment_id).info.run_id
+    tracker._batch(run, metrics=list(metrics.items()))  # MLflow takes these keys
+    assert tracker.client.get_run(run).data.metrics["APS_coverage_at_0.1_mean"] == pytest.approx(0.91)

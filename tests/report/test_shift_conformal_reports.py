@@ -1,0 +1,109 @@
+"""The shift and conformal reports on tiny synthetic rows: the answer table's means, intervals and Holm-corrected
+paired tests against TS, the ECE / set-size correlation, the run counts, and `simcalib report --every` rendering a
+kind entry when its rows exist and skipping it in one line when not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simcalib.report.conformal import answer_bullets, calibration_and_size, conformal_table
+from simcalib.report.shift import build_shift_report, read_kind_rows, shift_table
+from simcalib.store.results_store import append_rows
+
+RUNS = [(s, 0, f) for s in range(5) for f in range(3)]
+
+
+def _shift_rows(property: str = "popularity") -> list[dict]:
+    rng = np.random.default_rng(0)
+    rows = []
+    for split, init, fold in RUNS:
+        ts_id, ts_ood = 4 + rng.normal(0, 0.5), 8 + rng.normal(0, 0.5)
+        # GATS: below TS out of distribution on every run; Worse: above TS in and out; UnCal far above
+        for name, id_ece, ood_ece in (("UnCal", ts_id + 10, ts_ood + 12), ("TS", ts_id, ts_ood),
+                                      ("GATS", ts_id + rng.normal(0, 0.1), ts_ood - 2 + rng.normal(0, 0.1)),
+                                      ("Worse", ts_id + 1 + rng.normal(0, 0.1), ts_ood + 1 + rng.normal(0, 0.1))):
+            rows.append({"dataset": "Cora", "backbone": "GCN", "calibrator": name, "split": split, "init": init,
+                         "fold": fold, "seed": 100 * split + fold, "label_rate": 0.15, "backbone_digest": f"b{split}{fold}",
+                         "shift_property": property, "id_ece": id_ece, "ood_ece": ood_ece, "id_nll": id_ece / 10,
+                         "ood_nll": ood_ece / 10})
+    return rows
+
+
+def _conformal_rows() -> list[dict]:
+    rows = []
+    for split, init, fold in RUNS:
+        for rank, name in enumerate(("TS", "Good", "UnCal")):  # ECE and set size grow together
+            rows.append({"dataset": "Cora", "backbone": "GCN", "calibrator": name, "split": split, "init": init,
+                         "fold": fold, "seed": 100 * split + fold, "label_rate": 0.15, "backbone_digest": "b",
+                         "ece": 3.0 + 5 * rank + 0.1 * split, "APS_coverage@0.1": 0.9 + 0.001 * fold + 0.003 * split,
+                         "APS_set_size@0.1": 1.5 + 0.4 * rank + 0.01 * split - (0.1 if name == "Good" else 0),
+                         "APS_singleton_hit@0.1": 0.5 - 0.1 * rank})
+    return rows
+
+
+def test_the_shift_table_pairs_runs_and_tests_against_ts(tmp_path):
+    table = shift_table(pd.DataFrame(_shift_rows()))
+    gats = table.set_index("calibrator").loc["GATS"]
+    assert gats["runs"] == 15 and gats["ood_ece_diff"] == pytest.approx(-2, abs=0.1)
+    assert gats["ood_ece_diff_low"] < gats["ood_ece_diff"] < gats["ood_ece_diff_high"] < 0
+    assert gats["ood_ece_pvalue_holm"] < 0.05 and not gats["id_ece_pvalue_holm"] < 0.05
+    ts = table.set_index("calibrator").loc["TS"]
+    assert np.isnan(ts["ood_ece_pvalue"]) and ts["id_ece_low"] < ts["id_ece_mean"] < ts["id_ece_high"]
+    # Holm over the table: each adjusted p at least its raw p
+    assert (table["ood_ece_pvalue_holm"].dropna() >= table["ood_ece_pvalue"].dropna()).all()
+
+
+def test_the_shift_report_leads_with_the_answer_and_states_the_run_counts(tmp_path):
+    for property in ("popularity", "density"):
+        append_rows(tmp_path / "results" / f"Cora_GCN_{property}" / "results.csv", _shift_rows(property))
+    report = build_shift_report(tmp_path / "results", tmp_path / "out", "Shift")
+    text = report.read_text()
+    assert text.index("## Answer") < text.index("## ECE and NLL") < text.index("## What the rows hold")
+    assert "Below TS on both: none; below in distribution only: none" in text
+    assert "Node-wise (graph-aware) calibrators below one temperature (TS) out of distribution: GATS of 1" in text
+    assert "OOD ECE below TS: GATS" in text and "ID ECE below TS: none; above: UnCal, Worse" in text
+    assert "`Cora_GCN_density`: 15 runs, 4 calibrators" in text and "2 benchmark(s), 15 runs each" in text
+    assert (tmp_path / "out" / "report.html").is_file() and (tmp_path / "out" / "shift_table.csv").is_file()
+    # the same run in two property folders is no repeat: each folder is checked on its own
+    assert len(read_kind_rows(tmp_path / "results", ["id_ece"]).rows) == 2 * 60
+
+
+def test_a_shift_report_without_rows_writes_nothing(tmp_path):
+    assert build_shift_report(tmp_path / "none", tmp_path / "out", "Shift") is None
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_conformal_table_and_the_calibration_set_size_correlation():
+    table = conformal_table(pd.DataFrame(_conformal_rows()))
+    good = table.set_index("calibrator").loc["Good"]
+    assert good["score"] == "APS" and good["alpha"] == 0.1 and good["runs"] == 15
+    assert good["set_size_mean"] == pytest.approx(1.8, abs=0.03) and good["size_diff"] == pytest.approx(0.3)
+    assert good["coverage_low"] < good["coverage_mean"] < good["coverage_high"]
+    assert good["size_pvalue_holm"] < 0.05
+    (correlation,) = calibration_and_size(table).to_dict("records")
+    assert correlation["spearman"] == pytest.approx(1.0) and correlation["smallest"] == "TS"
+    (answer,) = answer_bullets(table, calibration_and_size(table))
+    assert "smaller than TS's: none, larger: Good, UnCal" in answer
+    # coverage 0.907 on every run of every calibrator: above 0.9 beyond its interval, said so
+    assert "interval beside 1 - alpha: TS (APS, 0.907)" in answer
+
+
+def test_make_report_renders_kind_entries_with_rows_and_skips_them_without(tmp_path, capsys):
+    from simcalib.cli import main
+
+    append_rows(tmp_path / "conformal" / "Cora_GCN" / "results.csv", _conformal_rows())
+    manifest = tmp_path / "reports.yaml"
+    manifest.write_text(f"- results: {tmp_path / 'conformal'}\n  out: {tmp_path / 'cout'}\n  kind: conformal\n"
+                        f"  title: Sets\n- results: {tmp_path / 'absent'}\n  out: {tmp_path / 'sout'}\n  kind: shift\n"
+                        "  title: Shift\n")
+    assert main(["report", "--every", str(manifest)]) == 0
+    printed = capsys.readouterr().out
+    assert f"report: {tmp_path / 'cout' / 'report.md'}" in printed
+    assert f"report: {tmp_path / 'sout'} skipped (no shift rows below {tmp_path / 'absent'} yet)" in printed
+    assert "Spearman(ECE, size) over 3 calibrators +1.00" in (tmp_path / "cout" / "report.md").read_text()
+    assert not (tmp_path / "sout").exists()
+    manifest.write_text(f"- results: {tmp_path}\n  out: o\n  kind: drift\n  title: t\n")
+    assert main(["report", "--every", str(manifest)]) == 2
+    assert "kind must be one of shift, conformal" in capsys.readouterr().err
