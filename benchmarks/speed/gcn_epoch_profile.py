@@ -4,8 +4,10 @@ One process, one torch thread. Three measurements on the same run (default Compu
 its fixed split, the protocol's backbone settings):
 
 1. **The epoch in the trainer**: :func:`~simcalib.backbones.training.train_backbone` with ``max_epochs`` =
-   ``--epochs`` (every epoch a training step and an evaluation forward, as in the study), seconds per epoch
-   from its ``train_seconds``; repeated ``--repeats`` times, the median printed.
+   ``--epochs`` (every epoch a training step and an evaluation forward, as in the study), wall seconds per
+   epoch from its ``train_seconds`` and the process's CPU seconds (``time.process_time``) per epoch; repeated
+   ``--repeats`` times, the medians printed. On a shared machine the two differ by the time spent waiting for
+   a core.
 2. **The profile**: the same training under ``torch.profiler`` (CPU, ``record_shapes``), the operators by self
    CPU time (the sparse products' ``aten::_sparse_csr_mm``/``addmm``, dropout's ``rand_like``, ``log_softmax``,
    the index ops, Adam's ``_foreach`` ops, the autograd bookkeeping), per epoch.
@@ -13,6 +15,10 @@ its fixed split, the protocol's backbone settings):
    ``--repeats`` x 10 calls), with its floating-point operations and the bytes it must move at least (the
    sparse matrix's values and indices once, its dense operand and its output once), so the epoch's
    compute-bound and bandwidth-bound floors can be set beside the measured epoch.
+4. **X's products in two other layouts**: CSR with int32 indices (the kernel converts int64 indices to int32
+   on every call) and a dense X, CPU time and whether the result is bit-equal to the CSR product used.
+
+``torch.profiler``'s times are the thread's wall time inside each operator (a wait for a core included).
 
     python benchmarks/speed/gcn_epoch_profile.py --dataset Computers --epochs 30 --repeats 3 \\
         --out reports/performance/gcn_epoch_profile.txt
@@ -31,15 +37,17 @@ from contextlib import redirect_stdout
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def median_seconds(fn, repeats: int, inner: int = 10) -> float:
+def median_seconds(fn, repeats: int, inner: int = 10) -> tuple[float, float]:
+    """(wall, CPU) seconds per call: medians over ``repeats`` rounds of ``inner`` calls."""
     fn()  # warm-up
-    samples = []
+    wall, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(inner):
             fn()
-        samples.append((time.perf_counter() - start) / inner)
-    return statistics.median(samples)
+        wall.append((time.perf_counter() - start) / inner)
+        cpu.append((time.process_time() - start_cpu) / inner)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def main(argv=None) -> None:
@@ -86,13 +94,17 @@ def profile(args) -> None:
           f"{torch.get_num_threads()}; {run.tag()}; {config}")
 
     # 1. the epoch in the trainer
-    epoch_ms = []
+    epoch_ms, epoch_cpu_ms = [], []
     for _ in range(args.repeats):
+        start_cpu = time.process_time()
         output = train_backbone(graph, train_idx, cal_idx, config, run.seed(settings), "cpu")
+        epoch_cpu_ms.append(1000 * (time.process_time() - start_cpu) / output.epochs)  # set-up included
         epoch_ms.append(1000 * output.train_seconds / output.epochs)
-    trainer_ms = statistics.median(epoch_ms)
+    trainer_ms, trainer_cpu_ms = statistics.median(epoch_ms), statistics.median(epoch_cpu_ms)
     print(f"\n## 1. trainer: {args.epochs} epochs, ms per epoch (training step + evaluation forward) over "
-          f"{args.repeats} trainings: {', '.join(f'{m:.1f}' for m in epoch_ms)}; median {trainer_ms:.1f}")
+          f"{args.repeats} trainings: wall {', '.join(f'{m:.1f}' for m in epoch_ms)} (median {trainer_ms:.1f}); "
+          f"CPU of the process {', '.join(f'{m:.1f}' for m in epoch_cpu_ms)} (median {trainer_cpu_ms:.1f}, the "
+          f"set-up spread over the epochs included); wall / CPU {trainer_ms / trainer_cpu_ms:.2f}")
 
     # 2. the profile: a training of --epochs epochs less a training of 1 epoch (the set-up: sparse transposes,
     # the normalised adjacency, the first allocations), per remaining epoch
@@ -173,17 +185,45 @@ def profile(args) -> None:
     ]
     print(f"\n## 3. each product alone (median of {args.repeats} x 10 calls), N={n}, F={f}, nnz(X)={nnz_x} "
           f"({nnz_x / (n * f):.1%} dense), nnz(A_hat)={nnz_a}")
-    print(f"{'pass':<44} {'per epoch':>9} {'ms each':>8} {'ms/epoch':>9} {'GFLOP/s':>8} {'GB/s (min)':>10}")
-    isolated = 0.0
+    print("(rates from the CPU time: GFLOP/s = the pass's floating-point operations / its CPU seconds; GB/s = the "
+          "bytes it must move at least / its CPU seconds)")
+    print(f"{'pass':<44} {'per epoch':>9} {'wall ms':>8} {'CPU ms':>7} {'CPU ms/epoch':>12} {'GFLOP/s':>8} "
+          f"{'GB/s (min)':>10}")
+    isolated = isolated_cpu = 0.0
     for name, per_epoch, fn, flops, nbytes in items:
-        seconds = median_seconds(fn, args.repeats)
+        seconds, cpu = median_seconds(fn, args.repeats)
         isolated += per_epoch * seconds
-        rate = f"{flops / seconds / 1e9:8.2f}" if flops else f"{'':>8}"
-        band = f"{nbytes / seconds / 1e9:10.2f}" if nbytes else f"{'':>10}"
-        print(f"{name:<44} {per_epoch:>9} {1000 * seconds:>8.2f} {1000 * per_epoch * seconds:>9.2f} {rate} {band}")
-    print(f"{'sum of the passes alone':<44} {'':>9} {'':>8} {1000 * isolated:>9.2f}")
-    print(f"\nthe trainer's epoch {trainer_ms:.1f} ms against the passes alone {1000 * isolated:.1f} ms: "
-          f"{trainer_ms / (1000 * isolated):.2f}x")
+        isolated_cpu += per_epoch * cpu
+        rate = f"{flops / cpu / 1e9:8.2f}" if flops else f"{'':>8}"
+        band = f"{nbytes / cpu / 1e9:10.2f}" if nbytes else f"{'':>10}"
+        print(f"{name:<44} {per_epoch:>9} {1000 * seconds:>8.2f} {1000 * cpu:>7.2f} {1000 * per_epoch * cpu:>12.2f} "
+              f"{rate} {band}")
+    print(f"{'sum of the passes alone':<44} {'':>9} {1000 * isolated:>8.1f} {'':>7} {1000 * isolated_cpu:>12.2f}")
+    print(f"\nthe trainer's epoch: wall {trainer_ms:.1f} ms against the passes alone {1000 * isolated:.1f} ms "
+          f"({trainer_ms / (1000 * isolated):.2f}x); CPU {trainer_cpu_ms:.1f} ms against {1000 * isolated_cpu:.1f} ms "
+          f"({trainer_cpu_ms / (1000 * isolated_cpu):.2f}x)")
+
+    # 4. two other layouts of X's products: int32 indices (what the CSR kernel converts int64 indices to on each
+    # call: the copies of X's and A_hat's indices in the profile) and a dense X
+    m = x.matrix
+    m32 = torch.sparse_csr_tensor(m.crow_indices().int(), m.col_indices().int(), m.values(), m.shape,
+                                  check_invariants=False)
+    t = x.transpose
+    t32 = torch.sparse_csr_tensor(t.crow_indices().int(), t.col_indices().int(), t.values(), t.shape,
+                                  check_invariants=False)
+    dense = m.to_dense()
+    w1 = model.weight1.detach()
+    print(f"\n## 4. X's products in other layouts (CPU ms per call, median of {args.repeats} x 10 calls)")
+    print(f"{'product':<22} {'CSR int64 (used)':>16} {'CSR int32':>10} {'dense X':>8}  int32 bit-equal  dense bit-equal "
+          f"(max abs difference)")
+    for name, csr, csr32, full in (("X W1", lambda: torch.sparse.mm(m, w1), lambda: torch.sparse.mm(m32, w1),
+                                     lambda: dense @ w1),
+                                    ("X^T grad", lambda: torch.sparse.mm(t, g_h), lambda: torch.sparse.mm(t32, g_h),
+                                     lambda: dense.t() @ g_h)):
+        times = [1000 * median_seconds(fn, args.repeats)[1] for fn in (csr, csr32, full)]
+        reference = csr()
+        print(f"{name:<22} {times[0]:>16.2f} {times[1]:>10.2f} {times[2]:>8.2f}  {str(torch.equal(reference, csr32())):>15}"
+              f"  {str(torch.equal(reference, full())):>15} ({(reference - full()).abs().max().item():.2e})")
     print(f"# load average at end {os.getloadavg()[0]:.2f}")
 
 
