@@ -363,6 +363,7 @@ def main(argv=None) -> None:
     if os.environ.get("OMP_NUM_THREADS") != "1":
         raise SystemExit("run with OMP_NUM_THREADS=1 (both sides on one thread)")
     started = datetime.datetime.now(datetime.timezone.utc)
+    project_commit = git_commit(None, Path(__file__).resolve().parent)  # the code that runs, read before it runs
     work = args.work or Path(tempfile.mkdtemp(prefix="gats_side_by_side_"))
     scratch_folder(work, args.gats_repo.resolve(), mirror, splits_dir, sorted({d for d, _ in benchmarks}))
     rows = []
@@ -399,7 +400,7 @@ def main(argv=None) -> None:
         "environment": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "torch_threads": 1},
         "gats_code": {"repository": "hans66hsu/GATS", "commit": git_commit(args.gats_git_dir),
                       "checkout": str(args.gats_repo), "split_type_run": ONE_FOLD, "seed": GATS_SEED},
-        "project_commit": git_commit(None, Path(__file__).resolve().parent),
+        "project_commit": project_commit,
         "node_sets_equal": {r["benchmark"]: bool(r["value"]) for r in rows if r["part"] == "node_sets_equal"},
         "started_utc": started.isoformat(timespec="seconds"),
         "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
