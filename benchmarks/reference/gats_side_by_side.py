@@ -30,7 +30,7 @@ it paths and instrumentation, none of it numerics:
   code's fold loop (``range(int("1f"[:-1]))``) stop after fold 0, which reads fold 0 of the 3-fold files exactly
   as ``5_3f_85`` does;
 * ``torch_geometric.io.planetoid.index_to_mask`` is given the code's numpy index arrays as tensors (the
-  code was written for torch_geometric 2.0.1, whose function took either; 2.8 takes tensors only);
+  code targets torch_geometric 2.0.1, whose function takes either; 2.8 takes tensors only);
 * ``KDEpy`` (the code's KDE metric, outside every timed fit) is imported from ``--gats-deps`` when given;
 * the timers are wrappers around the calibrator class's ``fit`` and a forward hook that counts the backbone's
   training epochs; ``--save_prediction`` keeps its calibrated log-probabilities for the ECE cross-check.
@@ -220,8 +220,15 @@ def our_side(dataset: str, backbone: str, calibrators: list[str], cache: Path, l
     import torch  # noqa: PLC0415
 
     from simcalib.experiment.protocol import (  # noqa: PLC0415
-        ProtocolSettings, evaluate_calibrator, fit_calibrator, load_graph, make_runs, prepare_run,
-        run_split, train_run_backbone)
+        ProtocolSettings,
+        evaluate_calibrator,
+        fit_calibrator,
+        load_graph,
+        make_runs,
+        prepare_run,
+        run_split,
+        train_run_backbone,
+    )
 
     torch.set_num_threads(1)
     # the study's backbone settings (study/offline.yaml: GAT with the csr attention kernel)
@@ -379,11 +386,11 @@ def main(argv=None) -> None:
         rows.append({"benchmark": bench, "side": "both", "part": "node_sets_equal",
                      "value": node_sets_match(splits_dir, dataset)})
     frame = pd.DataFrame(rows)
-    earlier, invocations = None, []
+    invocations = []
     if args.append and (args.out / "runs.csv").is_file():
-        earlier = pd.read_csv(args.out / "runs.csv")
-        earlier = earlier[~earlier.benchmark.isin(frame.benchmark)]
-        frame = pd.concat([earlier, frame], ignore_index=True)
+        kept = pd.read_csv(args.out / "runs.csv")
+        kept = kept[~kept.benchmark.isin(frame.benchmark)]
+        frame = pd.concat([kept, frame], ignore_index=True)
         import yaml  # noqa: PLC0415
 
         old = yaml.safe_load((args.out / "provenance.yaml").read_text()) if (args.out / "provenance.yaml").is_file() else {}

@@ -158,7 +158,10 @@ def profile(args) -> None:
     g_h = torch.randn(n, h_dim)
     hw2 = hidden @ model.weight2.detach()
     g_k = torch.randn(n, k)
-    csr_bytes = lambda nnz, rows: nnz * (4 + 8) + (rows + 1) * 8  # float32 values, int64 columns and rows
+
+    def csr_bytes(nnz: int, rows: int) -> int:
+        return nnz * (4 + 8) + (rows + 1) * 8  # float32 values, int64 columns and rows
+
     items = [  # (name, per epoch, function, flops, minimum bytes)
         ("X W1 (sparse [N,F] x [F,64])", 2, lambda: torch.sparse.mm(x.matrix, model.weight1.detach()),
          2 * nnz_x * h_dim, csr_bytes(nnz_x, n) + f * h_dim * 4 + n * h_dim * 4),
