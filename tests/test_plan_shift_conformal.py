@@ -85,23 +85,24 @@ def test_bad_sections_are_refused_naming_the_key():
         _plan(conformal={"score": ["APS"]})
 
 
-def test_the_study_flow_refuses_a_plan_whose_columns_it_does_not_compute():
-    from flows.study import study_flow
-
+def test_a_caller_that_computes_the_protocol_only_refuses_the_other_kinds():
+    """The study flow computes every kind (run units through node_runs.evaluate_run: tests/flows/test_study_flow.py);
+    a caller that writes the protocol's rows only refuses a shift or conformal plan, which would lose their columns."""
     plan = _plan(conformal={})
     with pytest.raises(ConfigError, match="declares conformal, which the study flow does not compute"):
-        study_flow.fn("study/conformal.yaml", None, plan.to_json())
+        plan.check_flow_runs_it()
     _plan().check_flow_runs_it()  # a plan without the sections runs
     plan.check_flow_runs_it(kinds=KINDS)  # a caller that hands such plans to node_runs.evaluate_run
     _plan(shift={"properties": ["density"]}).check_flow_runs_it(kinds=KINDS)
 
 
-def test_study_run_refuses_a_shift_study_in_one_line_before_any_work(tmp_path, capsys):
+def test_study_run_refuses_a_study_with_both_kinds_in_one_line_before_any_work(tmp_path, capsys):
     from simcalib.cli import main
 
-    path = tmp_path / "shift.yaml"
-    path.write_text(yaml.safe_dump({**BASE, "output": str(tmp_path / "out"), "shift": {"properties": ["density"]}}))
+    path = tmp_path / "both.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "output": str(tmp_path / "out"), "shift": {"properties": ["density"]},
+                                    "conformal": {}}))
     assert main(["study", "run", str(path)]) == 2
     error = capsys.readouterr().err.strip()
-    assert error.count("\n") == 0 and "declares shift, which the study flow does not compute" in error
+    assert error.count("\n") == 0 and "shift" in error and "conformal" in error
     assert not (tmp_path / "out").exists()

@@ -525,7 +525,7 @@ def test_a_study_on_devices_runs_one_task_per_run_with_the_rows_of_the_per_calib
 
 @pytest.mark.parametrize("kind, section", [
     ("shift", {"properties": ["popularity"], "id_fraction": 0.5}),
-    ("conformal", {"alphas": [0.1], "scores": ["APS"]}),
+    pytest.param("conformal", {"alphas": [0.1], "scores": ["APS"]}, marks=pytest.mark.slow),  # the same dispatch
 ])
 def test_a_shift_or_conformal_study_runs_through_the_flow_one_task_per_run_with_the_librarys_rows(
         study_env, prefect_api, kind, section):
