@@ -48,6 +48,7 @@ def test_citation_and_changelog_name_the_release():
     assert [a["family-names"] for a in paper["authors"]] == ["Tang", "Wu", "Wu", "Huang", "Chen", "Lei", "Meng"]
     assert "AAAI-24" in paper["conference"]["name"] and paper["year"] == 2024
     releases = re.findall(r"^## \[([^\]]+)\]", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    releases = [r for r in releases if r != "Unreleased"]  # Keep a Changelog: changes since the release on top
     assert releases and releases[0] == version
 
 
