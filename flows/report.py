@@ -26,8 +26,8 @@ REPORT_EXPERIMENT = "simcalib-report"
 
 
 @task(name="report-load", cache_policy=NO_CACHE)
-def load(results_dir: str, paper_dir: str | None, splits: list[int] | None = None):
-    return build.load_inputs(results_dir, paper_dir, splits)
+def load(results_dir: str, paper_dir: str | None, splits: list[int] | None = None, study_file: str | None = None):
+    return build.load_inputs(results_dir, paper_dir, splits, study_file)
 
 
 @task(name="report-tables", cache_policy=NO_CACHE)
@@ -60,7 +60,7 @@ def render(study, paper, table_set, sig, figure_set, theory_result, out_dir: str
     from simcalib.report.render import write_report
     from simcalib.report.summary import write_summary
 
-    summary = build.report_summary(table_set, sig)
+    summary = build.report_summary(table_set, sig, study.left_out)
     blocks = build.assemble(study, paper, table_set, sig, figure_set, theory_result, Path(out_dir), title,
                             summary=summary)
     md, _ = write_report(blocks, Path(out_dir), title)
@@ -103,15 +103,17 @@ def log_to_mlflow(out_dir: str, tracking_uri: str | None, run_name: str, experim
 @flow(name="report")
 def report_flow(results_dir: str, out_dir: str, paper_dir: str | None = None, title: str | None = None,
                 theory_reps: int = 2000, seed: int = 10, tracking_uri: str | None = None,
-                experiment: str = REPORT_EXPERIMENT, splits: list[int] | None = None) -> str:
+                experiment: str = REPORT_EXPERIMENT, splits: list[int] | None = None,
+                study_file: str | None = None) -> str:
     """Write the report of the results below ``results_dir`` into ``out_dir``; returns the report.md path.
 
     A study passes its ``tracking_uri`` and experiment name so the report sits beside its benchmark runs.
-    ``splits`` restricts the report to those splits' runs.
+    ``splits`` restricts the report to those splits' runs; ``study_file``: the study whose results these are (only
+    its complete benchmarks are reported, :mod:`simcalib.report.completeness`).
     """
     logger = get_run_logger()
     title = title or f"SimCalib study report: {Path(results_dir).name}"
-    study, paper = load(results_dir, paper_dir, splits)
+    study, paper = load(results_dir, paper_dir, splits, study_file)
     table_set = tables(study, paper, out_dir)
     sig = significance(study, table_set, paper, out_dir)
     figure_set = figures(study, out_dir)

@@ -51,6 +51,9 @@ def register(sub) -> None:
     report.add_argument("--keep-figures", action="store_true",
                         help="keep figures of an earlier rendering that need saved predictions not present here")
     report.add_argument("--out", default=None, help="output folder (default: reports/<study or folder name>)")
+    report.add_argument("--study", metavar="STUDY", default=None,
+                        help="the study file whose results the folder holds: only its complete benchmarks are "
+                             "reported, the others named under the summary (a study file as the source implies it)")
     report.add_argument("--paper-dir", default=None,
                         help="folder of the paper's table*.csv (default: $SIMCALIB_PAPER_DIR; absent: comparison skipped)")
     report.add_argument("--title", default=None, help="report title")
@@ -126,7 +129,9 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
     (:func:`simcalib.report.figures.recommended_figure_calibrators`; the entry gains ``figure_recommendation``,
     that file's path); ``figure_data`` names the results folder(s) those two figures are drawn from (default:
     ``results``), e.g. the figure pass reports/figures/results, whose rows carry every calibrator's
-    ``figure_bins``; ``theory: false`` leaves the Theorem 1 check out (default: in)."""
+    ``figure_bins``; ``theory: false`` leaves the Theorem 1 check out (default: in); ``study`` names the study
+    file whose results ``results`` holds: the report shows its complete benchmarks only and names the others
+    under its summary (:mod:`simcalib.report.completeness`)."""
     import yaml
 
     from simcalib.report.summary import BEGIN, END
@@ -158,6 +163,9 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
                               f"{entry['kind']!r}")
         if entry.get("kind") is not None:
             continue  # rendered from its rows when there are any (render_kind_entry)
+        if entry.get("study") is not None and not Path(str(entry["study"])).is_file():
+            raise DataMissingError(f"{path}: entry {index}: study file {entry['study']!r} does not exist; `study` "
+                                   "names the study file whose results the entry reads (e.g. study/offline.yaml)")
         if not isinstance(entry.get("theory", True), bool):
             raise ConfigError(f"{path}: entry {index}: theory must be true or false, got {entry['theory']!r}")
         for target in _as_list(entry.get("summary_in")):
@@ -202,7 +210,8 @@ def run_every(args: argparse.Namespace) -> int:
                                figure_calibrators=entry.get("figure_calibrators"),
                                theory_check=entry.get("theory", True),
                                figure_data=entry.get("figure_data"),
-                               figure_recommendation=entry.get("figure_recommendation"))
+                               figure_recommendation=entry.get("figure_recommendation"),
+                               study_file=entry.get("study"))
         print(f"report: {outputs.report_md}", flush=True)
         for target in _as_list(entry.get("summary_in")):
             embed_summary(target, entry["out"], outputs.summary_md.read_text())
@@ -273,13 +282,14 @@ def _run(args: argparse.Namespace) -> int:
     if getattr(args, "check_claims", None):
         return check_claims_command(args)
     if args.every:
-        if args.source or args.out or args.title or args.splits:
-            raise ConfigError("--every takes each report's source, --out, --title and --splits from the manifest; "
-                              "drop them from the command line")
+        if args.source or args.out or args.title or args.splits or args.study:
+            raise ConfigError("--every takes each report's source, --out, --title, --splits and study from the "
+                              "manifest; drop them from the command line")
         return run_every(args)
     if args.source is None:
         raise ConfigError("name a results folder or study file to report on (or --every MANIFEST)")
     results_dir, name = resolve_source(args.source)
+    study_file = args.study or (args.source if Path(args.source).suffix.lower() in (".yaml", ".yml") else None)
     out = Path(args.out or Path("reports") / name)
     if args.theory_reps < 10:
         raise ConfigError("--theory-reps must be at least 10")
@@ -292,12 +302,12 @@ def _run(args: argparse.Namespace) -> int:
 
         start_temporary_server()  # where no Prefect server is configured: one a Ctrl-C does not stop mid-flow
         md = Path(report_flow(str(results_dir), str(out), args.paper_dir, title, args.theory_reps, args.seed,
-                              args.tracking_uri, splits=args.splits))
+                              args.tracking_uri, splits=args.splits, study_file=study_file))
     else:
         from simcalib.report import build_report
 
         md = build_report(results_dir, out, args.paper_dir, title, args.theory_reps, args.seed,
-                          splits=args.splits, keep_figures=args.keep_figures).report_md
+                          splits=args.splits, keep_figures=args.keep_figures, study_file=study_file).report_md
         if args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"):
             from simcalib.commands.orchestration import flows_module
 

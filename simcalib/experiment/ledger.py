@@ -72,6 +72,11 @@ class BenchmarkLedger:
         return [run for run in self.plan.runs if self.todo(run)]
 
     @property
+    def runs_complete(self) -> int:
+        """The plan's runs with a row of every planned calibrator."""
+        return sum(1 for run in self.plan.runs if not self.todo(run))
+
+    @property
     def calibrations(self) -> int:
         return len(self.plan.runs) * len(self.plan.calibrators)
 
@@ -128,8 +133,7 @@ class BenchmarkLedger:
                     + (f"; {RESULTS} holds {self.rows} rows of other runs, calibrators or definitions)" if self.rows
                        else ")"))
         else:
-            whole = sum(1 for run in plan.runs if not self.todo(run))
-            text = (f"{plan.name}: {whole} of {len(plan.runs)} runs complete, calibrations {self.calibrations_done} "
+            text = (f"{plan.name}: {self.runs_complete} of {len(plan.runs)} runs complete, calibrations {self.calibrations_done} "
                     f"of {self.calibrations} ({len(self.runs_left())} runs with work left)")
             if self.fit_seconds:
                 text += f"; fits so far {self.fit_seconds / 3600:.2f} task-hours"

@@ -27,6 +27,7 @@ import simcalib.report.stats as stats
 import simcalib.report.theory as theory
 from simcalib.analysis.figure_bins import FIGURE_CALIBRATORS
 from simcalib.metrics import ESTIMATOR_NAMES
+from simcalib.report.completeness import complete_only
 from simcalib.report.definitions import definition_blocks, definitions_frame, write_definitions
 from simcalib.report.grid import grid_choices, grid_choices_grid
 from simcalib.report.homophily_groups import HomophilyOutputs, homophily_blocks, write_homophily
@@ -78,8 +79,12 @@ FULL_RUNS = 75  # 5 splits x 5 inits x 3 folds
 
 
 def load_inputs(results_dir: str | os.PathLike | Sequence[str | os.PathLike], paper_dir: str | os.PathLike | None = None,
-                splits: Sequence[int] | None = None) -> tuple[StudyResults, PaperTables]:
-    return select_splits(load_study_results(results_dir), splits), load_paper_tables(paper_dir)
+                splits: Sequence[int] | None = None,
+                study_file: str | os.PathLike | None = None) -> tuple[StudyResults, PaperTables]:
+    """The results (with ``study_file``, only its complete benchmarks: :func:`complete_only`; completeness is
+    judged on every run, before ``splits`` selects some) and the paper's tables."""
+    results = complete_only(load_study_results(results_dir), study_file)
+    return select_splits(results, splits), load_paper_tables(paper_dir)
 
 
 @dataclass
@@ -711,9 +716,11 @@ def theory_blocks(result: TheoryResult | None, out_dir: Path) -> list[Block]:
     ]
 
 
-def report_summary(tables: TableSet, sig: Significance) -> list[Block]:
-    """The summary table and the paper's test (:mod:`simcalib.report.summary`), read from the tables and tests."""
-    return summary_blocks(summary_frame(tables, sig, sig.constant_means), sig)
+def report_summary(tables: TableSet, sig: Significance, left_out: str = "") -> list[Block]:
+    """The summary table and the paper's test (:mod:`simcalib.report.summary`), read from the tables and tests;
+    under them ``left_out``, the line naming the study's benchmarks left out (:attr:`StudyResults.left_out`)."""
+    blocks = summary_blocks(summary_frame(tables, sig, sig.constant_means), sig)
+    return [*blocks, Paragraph(f"**Not in this report:** {left_out}.")] if left_out else blocks
 
 
 def one_class_blocks(rows: pd.DataFrame) -> list[Block]:
@@ -745,7 +752,7 @@ def assemble(study: StudyResults, paper: PaperTables, tables: TableSet, sig: Sig
     :func:`write_homophily`'s outputs (the local-homophily section where rows carry its data);
     ``theory_result`` None: no theory section."""
     out_dir = Path(out_dir)
-    summary = report_summary(tables, sig) if summary is None else summary
+    summary = report_summary(tables, sig, study.left_out) if summary is None else summary
     head = [Heading(1, title), Heading(2, "Summary"), *summary]
     body = [*overview_blocks(study, paper, regenerate), *one_class_blocks(study.main_rows()),
             *table_blocks(tables, split_evidence(study.main_rows())),
@@ -814,8 +821,11 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
                  pinned_figures: Sequence[str] = (), compare_paper: bool = True,
                  figure_calibrators: Sequence[str] | None = None, theory_check: bool = True,
                  figure_data: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
-                 figure_recommendation: str | os.PathLike | None = None) -> ReportOutputs:
-    """Everything above in order; returns the paths written. ``splits`` restricts every table, test and
+                 figure_recommendation: str | os.PathLike | None = None,
+                 study_file: str | os.PathLike | None = None) -> ReportOutputs:
+    """Everything above in order; returns the paths written. ``study_file``: the study whose results these are;
+    the report shows its complete benchmarks only and names the others under the summary
+    (:mod:`simcalib.report.completeness`). ``splits`` restricts every table, test and
     figure to those splits' runs (e.g. the splits never looked at while choosing defaults); ``keep_figures``
     keeps figures of an earlier rendering that need predictions not present here; ``regenerate`` is the
     command that re-renders the report (Markdown), stated at its top; ``data_efficiency``: the results of a
@@ -828,7 +838,7 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
     study's own rows), ``figure_recommendation`` the recommendation.csv their calibrators come from (see
     :func:`make_figures`)."""
     out_dir = Path(out_dir)
-    study, paper = load_inputs(results_dir, paper_dir, splits)
+    study, paper = load_inputs(results_dir, paper_dir, splits, study_file)
     if not compare_paper:
         paper = PaperTables(None, paper.long.iloc[0:0], ["No table of this report is compared with the paper's "
                                                          "(its manifest entry says paper: false)."])
@@ -850,7 +860,7 @@ def build_report(results_dir: str | os.PathLike | Sequence[str | os.PathLike], o
     homophily = write_homophily(study.main_rows(), out_dir)
     if homophily is not None:
         files += homophily.files
-    summary = report_summary(tables, sig)
+    summary = report_summary(tables, sig, study.left_out)
     summary_md = write_summary(summary, out_dir)  # the summary alone, for a README to embed (``summary_in``)
     files.append(summary_md)
     if title is None:

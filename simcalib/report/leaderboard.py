@@ -71,13 +71,16 @@ RECOMMENDATION_COLUMNS = ["family", "calibrator", "ece_rank", "ece_rank_low", "e
 @dataclass(frozen=True)
 class Family:
     """A family of graphs: its name and title, the results folders its rows come from, which benchmarks of them it
-    takes (``classes``: any, multi-class or binary) and the report that carries its per-benchmark evidence."""
+    takes (``classes``: any, multi-class or binary), the report that carries its per-benchmark evidence and
+    ``study``, the study file whose results they are (only its complete benchmarks are ranked,
+    :mod:`simcalib.report.completeness`; None: every benchmark of the folders)."""
 
     name: str
     title: str
     results: tuple[str, ...]
     classes: str = "any"
     evidence: tuple[str, ...] = ()
+    study: str | None = None
 
 
 @dataclass
@@ -87,34 +90,40 @@ class Leaderboard:
     recommendation: pd.DataFrame  # RECOMMENDATION_COLUMNS
     families: list[Family]
     notes: list[str] = field(default_factory=list)
+    left_out: dict[str, str] = field(default_factory=dict)  # family -> the line naming its incomplete benchmarks
 
 
 def read_families(path: str | os.PathLike) -> list[Family]:
     """The families of a leaderboard manifest (``reports/leaderboard.yaml``): a YAML list of {name, title, results
-    (a folder or a list), classes (optional), evidence (optional: files)}, paths relative to the project root."""
+    (a folder or a list), classes (optional), evidence (optional: files), study (optional: the study file whose
+    results the folders hold)}, paths relative to the project root."""
     import yaml
 
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"leaderboard manifest {path} does not exist; see reports/leaderboard.yaml")
     entries = yaml.safe_load(path.read_text())
-    keys = {"name", "title", "results", "classes", "evidence"}
+    keys = {"name", "title", "results", "classes", "evidence", "study"}
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"{path}: expected a list of families, each with name, title and results")
     families = []
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict) or not {"name", "title", "results"} <= set(entry) or set(entry) - keys:
             raise ConfigError(f"{path}: family {index} must have the keys name, title, results (and optionally "
-                              f"classes, evidence), got {entry!r}")
+                              f"classes, evidence, study), got {entry!r}")
         listed = lambda value: tuple(value) if isinstance(value, list) else (value,)  # noqa: E731
         family = Family(str(entry["name"]), str(entry["title"]), listed(entry["results"]),
-                        str(entry.get("classes", "any")), listed(entry.get("evidence", [])))
+                        str(entry.get("classes", "any")), listed(entry.get("evidence", [])),
+                        None if entry.get("study") is None else str(entry["study"]))
         if family.classes not in CLASSES:
             raise ConfigError(f"{path}: family {family.name}: classes must be one of {', '.join(CLASSES)}, "
                               f"got {family.classes!r}")
         for folder in family.results:
             if not Path(folder).is_dir():
                 raise DataMissingError(f"{path}: family {family.name}: results folder {folder!r} does not exist")
+        if family.study is not None and not Path(family.study).is_file():
+            raise DataMissingError(f"{path}: family {family.name}: study file {family.study!r} does not exist; "
+                                   "`study` names the study file whose results the family reads")
         families.append(family)
     return families
 
@@ -226,12 +235,16 @@ def recommend(board: pd.DataFrame, family: Family) -> dict:
 
 
 def build_leaderboard(families: Sequence[Family], n_resamples: int = N_RESAMPLES) -> Leaderboard:
-    """The leaderboard of every family, read from its committed results rows (at the protocol's label rate)."""
+    """The leaderboard of every family, read from its committed results rows (at the protocol's label rate); a
+    family with a ``study`` ranks that study's complete benchmarks only."""
+    from simcalib.report.completeness import complete_only
     from simcalib.report.results import load_study_results
 
-    tables, details, picks, notes = [], [], [], []
+    tables, details, picks, notes, left_out = [], [], [], [], {}
     for family in families:
-        study = load_study_results(list(family.results))
+        study = complete_only(load_study_results(list(family.results)), family.study)
+        if study.left_out:
+            left_out[family.name] = study.left_out
         rows = select_classes(study.main_rows(), family.classes)
         board, detail, family_notes = family_leaderboard(rows, family.name, n_resamples=n_resamples)
         tables.append(board)
@@ -239,7 +252,7 @@ def build_leaderboard(families: Sequence[Family], n_resamples: int = N_RESAMPLES
         picks.append(recommend(board, family))
         notes += family_notes
     return Leaderboard(pd.concat(tables, ignore_index=True), pd.concat(details, ignore_index=True),
-                       pd.DataFrame(picks, columns=RECOMMENDATION_COLUMNS), list(families), notes)
+                       pd.DataFrame(picks, columns=RECOMMENDATION_COLUMNS), list(families), notes, left_out)
 
 
 def _signed(value: float) -> str:
@@ -296,6 +309,8 @@ def leaderboard_markdown(result: Leaderboard) -> str:
         board = result.table[result.table["family"] == family.name]
         parts += [f"## {family.title} ({int(board['benchmarks'].iloc[0])} benchmarks)", "",
                   _markdown_table(LEADERBOARD_HEADER, leaderboard_cells(board)), ""]
+        if family.name in result.left_out:
+            parts += [f"**Not ranked:** {result.left_out[family.name]}.", ""]
     parts += ["## Recommendation", "",
               _markdown_table(("Family", "Calibrator", "ECE rank [95% CI]", "Calibrators meeting the rule",
                                "Evidence"), recommendation_cells(result.recommendation, result.families)), "",

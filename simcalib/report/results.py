@@ -53,6 +53,7 @@ class StudyResults:
     rows: pd.DataFrame  # RESULT_COLUMNS (+ "source"), every label rate
     predictions: pd.DataFrame  # one row per npz file: KEY_COLUMNS + label_rate + path
     notes: list[str] = field(default_factory=list)
+    left_out: str = ""  # the study's incomplete benchmarks, whose rows are left out (simcalib.report.completeness)
 
     @property
     def main_label_rate(self) -> float | None:
@@ -89,7 +90,7 @@ def select_splits(study: StudyResults, splits: Sequence[int] | None) -> StudyRes
     keep = lambda frame: frame[pd.to_numeric(frame["split"], errors="coerce").isin(wanted)].reset_index(drop=True)  # noqa: E731
     predictions = keep(study.predictions) if len(study.predictions) else study.predictions
     note = f"Only the runs of split(s) {', '.join(map(str, wanted))} are included (a subset of the protocol's 5 splits)."
-    return StudyResults(study.root, keep(study.rows), predictions, [*study.notes, note])
+    return StudyResults(study.root, keep(study.rows), predictions, [*study.notes, note], study.left_out)
 
 
 def find_results_files(root: Path) -> list[Path]:

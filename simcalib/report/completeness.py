@@ -1,0 +1,110 @@
+"""Which benchmarks of a study a report shows: those complete in the rows it read, by the study's plan and ledger.
+
+A benchmark of a study (one :class:`~simcalib.experiment.plan.BenchmarkPlan`: dataset x backbone x label rate) is
+complete when every planned run has a row of every planned calibrator under the plan's definition, which is the
+ledger's :attr:`~simcalib.experiment.ledger.BenchmarkLedger.complete` as ``simcalib study check`` prints it. The
+ledger is read by :func:`~simcalib.experiment.ledger.ledger_of` from the rows the report loaded, so a results file
+that grows while the report renders is judged as it was read. The plan is made without the data
+(``plan_study(..., data=False)``): completeness needs the runs, seeds and calibrator digests only.
+
+A report over a study's results (a ``reports/reports.yaml`` entry's ``study``, ``simcalib report STUDY.yaml``, a
+``reports/leaderboard.yaml`` family's ``study``) keeps the rows of the study's complete benchmarks (and of any
+benchmark the study does not plan) and leaves out every row of the others, which it names in one line with how
+far each is::
+
+    Pubmed GCN: 37 of 75 runs; Pubmed GAT: not started; left out until complete (study/offline.yaml: ...)
+
+"N of R runs" counts the runs with a row of every planned calibrator (:attr:`BenchmarkLedger.runs_complete`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simcalib.errors import ConfigError
+from simcalib.experiment.ledger import BenchmarkLedger, ledger_of
+from simcalib.report.results import StudyResults
+from simcalib.store.integrity import comparable_rate
+
+LEFT_OUT = "left out until complete"
+
+
+def benchmark_label(ledger: BenchmarkLedger) -> str:
+    """``Pubmed GCN`` (with a label-rate sweep's variant: ``Cora GCN-rate0.05``)."""
+    plan = ledger.plan
+    return f"{plan.dataset} {plan.backbone}{plan.variant}"
+
+
+def progress(ledger: BenchmarkLedger) -> str:
+    """How far an incomplete benchmark is: ``not started`` or ``37 of 75 runs``."""
+    if not ledger.calibrations_done:
+        return "not started"
+    return f"{ledger.runs_complete} of {len(ledger.plan.runs)} runs"
+
+
+@dataclass(frozen=True)
+class Completeness:
+    """The ledger of each protocol benchmark of the study file ``study`` over one report's rows."""
+
+    study: str
+    ledgers: tuple[BenchmarkLedger, ...]
+
+    @property
+    def incomplete(self) -> tuple[BenchmarkLedger, ...]:
+        return tuple(ledger for ledger in self.ledgers if not ledger.complete)
+
+    def line(self) -> str:
+        """The incomplete benchmarks and how far each is, in one line; empty when every one is complete."""
+        parts = [f"{benchmark_label(ledger)}: {progress(ledger)}" for ledger in self.incomplete]
+        if not parts:
+            return ""
+        return "; ".join([*parts, f"{LEFT_OUT} ({self.study}: every planned run with a row of each planned calibrator)"])
+
+    def left_out(self, frame: pd.DataFrame) -> np.ndarray:
+        """A mask of the rows of ``frame`` (results rows or the index of saved predictions) that belong to an
+        incomplete benchmark: its dataset and backbone, at its label rate or at an unknown one."""
+        mask = np.zeros(len(frame), dtype=bool)
+        if frame.empty or not self.incomplete:
+            return mask
+        rates = np.array([comparable_rate(v) for v in frame["label_rate"]], dtype=float) \
+            if "label_rate" in frame.columns else np.full(len(frame), np.nan)
+        dataset, backbone = frame["dataset"].astype(str).to_numpy(), frame["backbone"].astype(str).to_numpy()
+        for ledger in self.incomplete:
+            plan = ledger.plan
+            rate = comparable_rate(plan.settings.label_rate)
+            mask |= (dataset == plan.dataset) & (backbone == plan.backbone) & (np.isnan(rates) | (rates == rate))
+        return mask
+
+
+def study_completeness(study_file: str | os.PathLike, rows: pd.DataFrame) -> Completeness:
+    """The ledgers of the protocol benchmarks that the study file ``study_file`` plans, over ``rows``."""
+    from simcalib.experiment.plan import plan_study
+    from simcalib.experiment.study import load_study
+
+    path = Path(study_file)
+    if not path.is_file():
+        raise ConfigError(f"study file {path} does not exist; name the study whose results the report reads "
+                          "(e.g. study/offline.yaml)")
+    plan = plan_study(load_study(path), data=False)
+    return Completeness(str(study_file), tuple(ledger_of(b, rows) for b in plan.benchmarks if b.kind == "protocol"))
+
+
+def complete_only(results: StudyResults, study_file: str | os.PathLike | None) -> StudyResults:
+    """``results`` without the rows and saved predictions of the incomplete benchmarks of ``study_file``, its
+    ``left_out`` line naming them (:meth:`Completeness.line`); ``study_file`` None: ``results`` as they are."""
+    if study_file is None:
+        return results
+    completeness = study_completeness(study_file, results.rows)
+    rows = results.rows[~completeness.left_out(results.rows)].reset_index(drop=True)
+    predictions = results.predictions
+    if len(predictions):
+        predictions = predictions[~completeness.left_out(predictions)].reset_index(drop=True)
+    return StudyResults(results.root, rows, predictions, list(results.notes), completeness.line())
+
+
+__all__ = ["LEFT_OUT", "Completeness", "benchmark_label", "complete_only", "progress", "study_completeness"]
