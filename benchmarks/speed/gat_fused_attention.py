@@ -9,8 +9,8 @@ attention step differs. One pass over each target's incoming edges (CSR order) d
   through the edge -> CSR permutation, so no permuted copy is made);
 - backward: with ``g_i = grad_out_i / t_i`` and ``r_i = g_i . out_i`` (per head),
   ``grad x_j += u_ij m_ij g_i``, ``dL/de_ij = u_ij (m_ij g_i . x_j - r_i) LeakyReLU'``, summed into
-  ``grad s_dst[i]`` and ``grad s_src[j]``. ``u`` is recomputed from the scores and the saved row maximum,
-  so the layer saves no per-edge tensor.
+  ``grad s_dst[i]`` and ``grad s_src[j]``. ``u`` is kept from the forward ([E, H], CSR order; not written in
+  an evaluation forward without gradients).
 
 The backward scatters into the sources' rows and so runs on one thread; the forward splits the targets
 over torch's threads.
