@@ -56,8 +56,14 @@ def main() -> int:
 
     from simcalib.backbones.first_layer import SharedFirstLayer
     from simcalib.backbones.training import train_backbone
-    from simcalib.experiment.protocol import (ProtocolSettings, Run, backbone_config, backbone_digest, load_graph,
-                                              run_split)
+    from simcalib.experiment.protocol import (
+        ProtocolSettings,
+        Run,
+        backbone_config,
+        backbone_digest,
+        load_graph,
+        run_split,
+    )
 
     torch.set_num_threads(1)
     split, init, fold = (int(v) for v in args.run.split(","))

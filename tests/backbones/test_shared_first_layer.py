@@ -48,7 +48,7 @@ def test_a_gcn_with_the_shared_first_layer_is_the_gcn_without(sbm_graph, monkeyp
 
 
 def test_batched_gcns_with_the_shared_first_layer_are_the_gcns_without(sbm_graph, monkeypatch):
-    # short patience: the models stop at different epochs, so the batch is sliced (new parameter tensors) mid-run
+    # short patience: the models stop at different epochs, so the batch is sliced (other parameter tensors) mid-run
     config = BackboneConfig("GCN", max_epochs=150, patience=5)
     folds = _folds(sbm_graph, len(SEEDS))
     shared = train_backbones_batched(sbm_graph, folds, SEEDS, config, "cpu")
