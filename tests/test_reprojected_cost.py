@@ -35,10 +35,17 @@ def fixture(tmp_path, computers_lines):
     return tmp_path
 
 
-def run(tmp_path, capsys):
+def epoch_line(dataset: str, reuse: str, cpu_ms: float) -> str:
+    """A line of benchmarks/speed/gcn_shared_first_layer.py's output."""
+    return (f"{dataset:10s} reuse {reuse:3s}  epochs   40 (kept   39)  cpu     1.00 s  wall     2.00 s  cpu/epoch "
+            f"{cpu_ms:8.2f} ms  wall/epoch    50.00 ms  digest 0123456789abcdef  load 3.0\n")
+
+
+def run(tmp_path, capsys, backbone_speedups=()):
     script.main(["--provenance", str(tmp_path / "provenance.yaml"), "--results", str(tmp_path / "results"),
                  "--study", str(tmp_path / "study.yaml"), "--speedups", str(tmp_path / "fit_seconds_computers_gcn.txt"),
-                 str(tmp_path / "fit_seconds_cora_gcn.txt"), "--out", str(tmp_path / "out" / "cost")])
+                 str(tmp_path / "fit_seconds_cora_gcn.txt"), "--backbone-speedups", *map(str, backbone_speedups),
+                 "--out", str(tmp_path / "out" / "cost")])
     capsys.readouterr()
     return pd.read_csv(tmp_path / "out" / "cost.csv").set_index("benchmark")
 
@@ -63,3 +70,37 @@ def test_before_after_and_unresolved_ratios(tmp_path, capsys):
     assert frame.loc["Pubmed_GAT", "runs_measured"] == 0
     text = (tmp_path / "out" / "cost.md").read_text()
     assert "against the target of 50" in text and "not resolved" in text
+    assert (frame.backbone_factor == 1.0).all()  # no backbone measurement given
+
+
+def test_gcn_backbone_factors_by_graph_and_by_size_class(tmp_path, capsys):
+    path = fixture(tmp_path, "GETS           without   100.00 s  with    75.00 s  (1.33x)  probabilities bit-equal; "
+                             "without ['100.00'] with ['75.00']\n")
+    epochs = path / "gcn_first_layer_epochs.txt"
+    epochs.write_text("GCN run 0,0,0, 2 pair(s) per graph, 40 epochs\n"
+                      + epoch_line("Computers", "off", 100) + epoch_line("Computers", "on", 70)
+                      + epoch_line("Computers", "on", 72) + epoch_line("Computers", "off", 104)
+                      + epoch_line("Cora", "off", 10) + epoch_line("Cora", "on", 9)
+                      + epoch_line("Cora", "on", 11) + epoch_line("Cora", "off", 10.5))
+    frame = run(path, capsys, [epochs])
+    # Computers: medians 102 -> 71 ms, the repeats do not overlap; Pubmed (not measured) takes its size class's
+    assert frame.loc["Computers_GCN", "backbone_factor"] == pytest.approx(71 / 102)
+    assert frame.loc["Computers_GCN", "after_backbone_s"] == pytest.approx(100 * 71 / 102)
+    assert frame.loc["Pubmed_GCN", "backbone_factor"] == pytest.approx(71 / 102)
+    # Cora's repeats overlap: factor 1; GAT keeps its seconds
+    assert frame.loc["Cora_GCN", "backbone_factor"] == 1.0
+    assert (frame[frame.backbone == "GAT"].backbone_factor == 1.0).all()
+    assert frame.loc["Computers_GCN", "after_cpu_hours"] == pytest.approx(
+        2 * (100 * 71 / 102 + frame.loc["Computers_GCN", "after_fits_s"]) / 3600, rel=1e-5)  # the CSV's 6 digits
+
+
+def test_pubmed_backbone_counts_every_pass(tmp_path, capsys):
+    path = fixture(tmp_path, "GETS           without   100.00 s  with    75.00 s  (1.33x)  probabilities bit-equal; "
+                             "without ['100.00'] with ['75.00']\n")
+    provenance = yaml.safe_load((path / "provenance.yaml").read_text())
+    provenance["pubmed_pass"]["resumed"] = [{"started": "2026-12-01T01:00:00Z", "stopped": "2026-12-01T01:05:00Z"}]
+    (path / "provenance.yaml").write_text(yaml.safe_dump(provenance))
+    frame = run(path, capsys)
+    # (600 s + 300 s) wall / 2 runs - 200 s of fits
+    assert frame.loc["Pubmed_GCN", "backbone_s"] == pytest.approx(250)
+

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.utils import softmax as edge_softmax
 
+from simcalib.backbones.first_layer import SharedFirstLayer, keep_first_layers
 from simcalib.backbones.models import BACKBONES, DEFAULT_ATTENTION
 from simcalib.backbones.sparse import SparseOperand
 from simcalib.backbones.training import BackboneConfig, BackboneOutput, graph_inputs, resolve_device
@@ -115,9 +116,11 @@ class BatchedBackbone(nn.Module):
         return new
 
 
-class BatchedGCN(BatchedBackbone):
+class BatchedGCN(SharedFirstLayer, BatchedBackbone):
     r"""M two-layer GCNs (:class:`~simcalib.backbones.models.GCN`): the first layer is one sparse product
-    :math:`X [W^1_1 \dots W^1_M]` and one propagation of [N, M*h]; the second one propagation of [N, M*K]."""
+    :math:`X [W^1_1 \dots W^1_M]` and one propagation of [N, M*h]; the second one propagation of [N, M*K]. While
+    the trainer trains it, an evaluation forward's first layer is kept for the next training forward
+    (:mod:`simcalib.backbones.first_layer`; slicing the batch replaces the parameters, so it is recomputed)."""
 
     model_axes = {"weight1": 1, "bias1": 0, "weight2": 0, "bias2": 0}
 
@@ -136,8 +139,9 @@ class BatchedGCN(BatchedBackbone):
         """-> logits [N, M, K], hidden [N, M, h]."""
         features, models, hidden_size = self.weight1.shape
         n = x.matrix.size(0)
-        hidden = F.relu(adj.matmul(x.matmul(self.weight1.reshape(features, models * hidden_size)))
-                        + self.bias1.reshape(-1)).view(n, models, hidden_size)
+        hidden = self._first_layer((x, adj), (self.weight1, self.bias1), lambda: F.relu(
+            adj.matmul(x.matmul(self.weight1.reshape(features, models * hidden_size)))
+            + self.bias1.reshape(-1)).view(n, models, hidden_size))
         h = hidden * keep_masks((n, hidden_size), self.dropout, self.generators, axis=1) if self.training else hidden
         projected = torch.einsum("nmh,mhk->nmk", h, self.weight2)
         logits = adj.matmul(projected.reshape(n, -1)).view(n, models, -1) + self.bias2
@@ -243,6 +247,7 @@ def train_backbones_batched(
     generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
     model = BATCHED_BACKBONES[config.name](data.num_features, data.num_classes, generators,
                                            dropout=config.dropout).to(device)
+    keep_first_layers(model)  # a GCN's training forward takes the first layer of the last early-stopping forward
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     x, graph = graph_inputs(data, config.name, device)
     y = data.y.to(device)

@@ -18,6 +18,7 @@ from torch_geometric.nn import GATConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
+from simcalib.backbones.first_layer import SharedFirstLayer
 from simcalib.backbones.gat_attention import AttentionGraph, GraphAttention
 from simcalib.backbones.sparse import SparseOperand, fast_dropout
 
@@ -35,13 +36,15 @@ def normalized_adjacency(edge_index: Tensor, num_nodes: int) -> SparseOperand:
     return SparseOperand.from_csr(adj)
 
 
-class GCN(nn.Module):
+class GCN(SharedFirstLayer, nn.Module):
     r"""Two-layer GCN (Kipf & Welling, 2017), as torch_geometric's ``GCNConv`` computes it:
 
     .. math::
         X^{(1)} = \mathrm{ReLU}(\hat A X W_1 + b_1), \qquad z = \hat A\, \mathrm{dropout}(X^{(1)}) W_2 + b_2,
 
-    hidden 64, dropout 0.5 after the first layer, Glorot weights and zero biases.
+    hidden 64, dropout 0.5 after the first layer, Glorot weights and zero biases. While a trainer trains it, an
+    evaluation forward's :math:`X^{(1)}` is kept for the next training forward
+    (:mod:`simcalib.backbones.first_layer`).
     """
 
     def __init__(self, in_channels: int, num_classes: int, hidden: int = 64, dropout: float = 0.5):
@@ -57,7 +60,8 @@ class GCN(nn.Module):
         return normalized_adjacency(edge_index, num_nodes)
 
     def forward(self, x: SparseOperand, adj: SparseOperand) -> tuple[Tensor, Tensor]:
-        hidden = F.relu(adj.matmul(x.matmul(self.weight1)) + self.bias1)  # [N, hidden]
+        hidden = self._first_layer((x, adj), (self.weight1, self.bias1),
+                                   lambda: F.relu(adj.matmul(x.matmul(self.weight1)) + self.bias1))  # [N, hidden]
         h = fast_dropout(hidden, self.dropout, self.training)
         logits = adj.matmul(h @ self.weight2) + self.bias2  # [N, K]
         return logits, hidden

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from simcalib.backbones.first_layer import keep_first_layers
 from simcalib.backbones.models import ATTENTION_KERNELS, BACKBONES, DEFAULT_ATTENTION
 from simcalib.backbones.sparse import SparseOperand
 from simcalib.data.loading import GraphData
@@ -102,6 +103,7 @@ def train_backbone(
     seed_everything(seed)
     model_cls = BACKBONES[config.name]
     model = model_cls(data.num_features, data.num_classes, dropout=config.dropout, **config.model_options()).to(device)
+    keep_first_layers(model)  # a GCN's training forward takes the first layer of the last early-stopping forward
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     x, adj = graph_inputs(data, config.name, device, **config.model_options())
     y = data.y.to(device)
