@@ -66,7 +66,7 @@ from simcalib.experiment.splits import (
     split_source_label,
     split_sources,
 )
-from simcalib.experiment.study import Study, load_study, probe_external
+from simcalib.experiment.study import Study, describe_runs, load_study, probe_external
 
 PLAN_VERSION = 2  # bump when a field is added or its meaning changes
 
@@ -279,16 +279,10 @@ class StudyPlan:
         return len(self.splits) * len(self.inits) * len(self.folds)
 
     def describe_runs(self) -> str:
-        """The runs per benchmark in words: ``75 per benchmark``, or with ``runs.per_dataset`` entries
-        ``75 per benchmark, 15 on minesweeper-GCN, tolokers-GCN``."""
-        default = self.runs_per_benchmark
-        counts: dict[int, list[str]] = {}
-        for benchmark in self.benchmarks:
-            counts.setdefault(len(benchmark.runs), []).append(benchmark.name)
-        if set(counts) <= {default}:
-            return f"{default} per benchmark"
-        head = [f"{default} per benchmark"] if default in counts else []
-        return ", ".join(head + [f"{n} on {', '.join(names)}" for n, names in counts.items() if n != default])
+        """The runs per benchmark in words (:func:`~simcalib.experiment.study.describe_runs` over each dataset's
+        benchmarks): ``75 per benchmark``, or with ``runs.per_dataset`` entries ``75 per benchmark, 15 on
+        minesweeper, tolokers``."""
+        return describe_runs(self.runs_per_benchmark, {b.dataset: len(b.runs) for b in self.benchmarks})
 
     @property
     def has_data(self) -> bool:
