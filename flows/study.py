@@ -43,7 +43,6 @@ from prefect.cache_policies import NO_CACHE
 
 from simcalib.errors import SimCalibError
 from simcalib.experiment.ledger import run_label
-from simcalib.experiment.node_runs import KINDS
 from simcalib.experiment.plan import BenchmarkPlan, StudyPlan, plan_study
 from simcalib.experiment.protocol import Run
 from simcalib.experiment.schedule import (
@@ -142,7 +141,6 @@ def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = No
     ``plan``: the study already resolved (:meth:`~simcalib.experiment.plan.StudyPlan.to_json`, as ``simcalib study run``
     passes it); else the file is resolved here, once, before the task runner (a Dask cluster, processes) starts."""
     study_plan = StudyPlan.from_json(plan) if plan is not None else plan_study(load_study(study_file, overrides))
-    study_plan.check_flow_runs_it(KINDS)
     execution = study_plan.execution
     spec = _runner_spec(execution, study_layout(study_plan))
     with results_lock(study_plan.output, command=f"simcalib study run {study_file}", notify=print), \

@@ -223,7 +223,7 @@ class BenchmarkPlan:
             calibrators=tuple(PlannedCalibrator(**{**c, "options": _options(c["options"])}) for c in data["calibrators"]),
             backbone_config=tuple(data["backbone_config"].items()), backbone_options=data["backbone_options"],
             data_digest=data["data_digest"], out_dir=Path(data["out_dir"]), variant=data["variant"],
-            kind=data.get("kind", "protocol"), kind_options=_kind_options(data.get("kind_options")),
+            kind=_known_kind(data.get("kind", "protocol")), kind_options=_kind_options(data.get("kind_options")),
         )
 
 
@@ -292,16 +292,6 @@ class StudyPlan:
     def kinds(self) -> tuple[str, ...]:
         """The kinds of its benchmark plans, in order of first appearance."""
         return tuple(dict.fromkeys(b.kind for b in self.benchmarks))
-
-    def check_flow_runs_it(self, kinds: Sequence[str] = ("protocol",)) -> None:
-        """ConfigError when a benchmark plan is of a kind outside ``kinds`` (those the caller computes; a flow that
-        hands plans of kind shift and conformal to :func:`simcalib.experiment.node_runs.evaluate_run` passes
-        ``KINDS``): a caller writing the protocol's rows would write them without their ID/OOD or conformal
-        columns."""
-        other = [kind for kind in self.kinds if kind not in kinds]
-        if other:
-            raise ConfigError(f"{self.source} declares {' and '.join(other)}, which the study flow does not "
-                              "compute; the library computes them (simcalib.experiment.node_runs.evaluate_run)")
 
     def digest(self) -> str:
         """16 hex digits of SHA-256 over :meth:`to_json` (sorted keys): equal digests, equal plans."""
@@ -548,6 +538,15 @@ def _kinds(spec) -> list[tuple[str, dict | None, str]]:
     if spec.conformal is not None:
         return [("conformal", spec.conformal.model_dump(), "")]
     return [("protocol", None, "")]
+
+
+def _known_kind(kind: str) -> str:
+    """``kind`` when it is one of :data:`~simcalib.experiment.node_runs.KINDS` (the kinds a plan is made of and the
+    schedule computes); else a one-line ConfigError: a plan recorded by other code."""
+    if kind not in KINDS:
+        raise ConfigError(f"a benchmark plan of kind {kind!r} cannot be read by this code (kinds "
+                          f"{', '.join(KINDS)}); plan the study again")
+    return kind
 
 
 def _kind_options(options: dict | None) -> Options:
