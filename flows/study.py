@@ -35,11 +35,13 @@ import contextlib
 import os
 import queue
 import threading
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
 
 from simcalib.errors import SimCalibError
 from simcalib.experiment.ledger import run_label
@@ -61,7 +63,7 @@ from simcalib.experiment.study import TaskRunnerSpec, load_study
 from simcalib.store.integrity import results_lock
 from simcalib.store.results_store import check_results_file, read_results, summarize
 
-from .runners import make_task_runner, shared_api_server
+from .runners import broken_pool_stop, make_task_runner, shared_api_server, sigint_recorded
 
 PAPER_DIR_ENV = "SIMCALIB_PAPER_DIR"
 
@@ -186,7 +188,11 @@ def run_study(plan: dict) -> dict:
                     schedule.units_planned, execution.runner, _runner_spec(execution, layout).workers, layout.line(),
                     study.output)
         driver = _Driver(study, schedule, _tracker(study, logger), logger)
-        driver.run()
+        try:
+            with sigint_recorded():
+                driver.run()
+        except BrokenProcessPool:  # a worker process ended: the Ctrl-C stop, or a lost worker in one line
+            raise broken_pool_stop(FlowRunContext.get().task_runner, study.output) from None
     tasks = driver.tasks
     result = {
         "study": study.name, "study_file": study.source, "output": str(study.output),

@@ -174,12 +174,16 @@ def run_study(args: argparse.Namespace) -> int:
           f"{len(study.calibrators)} calibrators on {study.spec.task_runner.kind}; output {study.output}; "
           f"plan {plan.digest()}", flush=True)
     _exit_cleanly_on_sigterm(study.output)
+    worker_lost = flows_module("runners").WorkerProcessLost
     try:
         result = study_flow(args.study_file, overrides or None, plan.to_json())
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished row is kept in {study.output}/<Dataset>_<Backbone>/results.csv; "
               f"run the same command to resume", file=sys.stderr)
         return 130
+    except worker_lost as exc:  # a worker process killed (out of memory, SIGKILL): the finished rows are kept
+        print(f"\nerror: {exc}", file=sys.stderr)
+        return 1
     print_outcome(result)
     return 0
 
