@@ -5,7 +5,7 @@
   (../shared/STACK.md); :func:`shared_api_server` starts one (:func:`flows.temporary_server.start_temporary_server`) and points the
   worker processes at it. Ctrl-C ends the worker processes at once (:func:`end_on_interrupt`); a pool broken by a
   worker's end is turned into the study's stop (:func:`broken_pool_stop`): the Ctrl-C stop when a worker ended by
-  SIGINT or the flow's process received it, else :class:`WorkerProcessLost`.
+  SIGINT or the flow's process received it, else :class:`~simcalib.errors.WorkerProcessLost`.
 * ``threads``: Prefect's ``ThreadPoolTaskRunner`` in the flow's process. torch's random state is
   process-global, so the study's tasks hold one lock while they compute: threads overlap Prefect's
   bookkeeping and result I/O, not the numerics, and the numbers stay deterministic.
@@ -31,7 +31,7 @@ from collections.abc import Iterator
 
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
-from simcalib.errors import ConfigError
+from simcalib.errors import ConfigError, WorkerProcessLost
 from simcalib.experiment.study import TaskRunnerSpec
 
 from .temporary_server import start_temporary_server
@@ -39,12 +39,6 @@ from .temporary_server import start_temporary_server
 KINDS = ("threads", "processes", "dask")
 SIGINT_EXITS = (-signal.SIGINT, 128 + signal.SIGINT)  # a process ended by SIGINT: its default action, end_on_interrupt
 _interrupted = threading.Event()  # this process received SIGINT inside sigint_recorded()
-
-
-class WorkerProcessLost(BaseException):
-    """A worker process of the processes runner ended while the study ran, not by SIGINT (killed: out of memory,
-    SIGKILL), so the pool cannot run the study's tasks. A ``BaseException``, as ``KeyboardInterrupt`` is: Prefect
-    records the flow runs crashed and logs no traceback; ``simcalib study run`` prints it in one line."""
 
 
 def make_task_runner(spec: TaskRunnerSpec) -> TaskRunner:
@@ -122,7 +116,7 @@ def broken_pool_stop(task_runner, output) -> BaseException:
     """What a broken process pool (``BrokenProcessPool``: a worker process ended) means for a study writing its rows
     under ``output``: ``KeyboardInterrupt``, the stop Ctrl-C gives, when a worker ended by SIGINT (a Ctrl-C that
     reached it before the flow's process turned it into the stop) or this process received SIGINT
-    (:func:`sigint_recorded`); else :class:`WorkerProcessLost` naming how the worker ended and how to resume."""
+    (:func:`sigint_recorded`); else :class:`~simcalib.errors.WorkerProcessLost` naming how the worker ended and how to resume."""
     codes = worker_exit_codes(task_runner)
     if _interrupted.is_set() or any(code in SIGINT_EXITS for code in codes):
         return KeyboardInterrupt()
@@ -162,5 +156,5 @@ def shared_api_server(spec: TaskRunnerSpec) -> Iterator[str | None]:
             os.environ["PREFECT_API_URL"] = previous
 
 
-__all__ = ["KINDS", "SIGINT_EXITS", "WorkerProcessLost", "broken_pool_stop", "end_on_interrupt", "make_task_runner",
-           "shared_api_server", "sigint_recorded", "worker_exit_codes"]
+__all__ = ["KINDS", "SIGINT_EXITS", "broken_pool_stop", "end_on_interrupt", "make_task_runner", "shared_api_server",
+           "sigint_recorded", "worker_exit_codes"]

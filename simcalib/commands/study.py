@@ -156,6 +156,7 @@ def forget_rows(args: argparse.Namespace) -> int:
 
 def run_study(args: argparse.Namespace) -> int:
     from simcalib.commands.orchestration import flows_module, require_study_extra
+    from simcalib.errors import WorkerProcessLost
     from simcalib.experiment.plan import plan_study
     from simcalib.experiment.study import load_study
 
@@ -174,14 +175,13 @@ def run_study(args: argparse.Namespace) -> int:
           f"{len(study.calibrators)} calibrators on {study.spec.task_runner.kind}; output {study.output}; "
           f"plan {plan.digest()}", flush=True)
     _exit_cleanly_on_sigterm(study.output)
-    worker_lost = flows_module("runners").WorkerProcessLost
     try:
         result = study_flow(args.study_file, overrides or None, plan.to_json())
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished row is kept in {study.output}/<Dataset>_<Backbone>/results.csv; "
               f"run the same command to resume", file=sys.stderr)
         return 130
-    except worker_lost as exc:  # a worker process killed (out of memory, SIGKILL): the finished rows are kept
+    except WorkerProcessLost as exc:  # a worker process killed (out of memory, SIGKILL): the finished rows are kept
         print(f"\nerror: {exc}", file=sys.stderr)
         return 1
     print_outcome(result)
