@@ -35,15 +35,16 @@ import contextlib
 import os
 import queue
 import threading
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
 
 from simcalib.errors import SimCalibError
 from simcalib.experiment.ledger import run_label
-from simcalib.experiment.node_runs import KINDS
 from simcalib.experiment.plan import BenchmarkPlan, StudyPlan, plan_study
 from simcalib.experiment.protocol import Run
 from simcalib.experiment.schedule import (
@@ -62,7 +63,7 @@ from simcalib.experiment.study import TaskRunnerSpec, load_study
 from simcalib.store.integrity import results_lock
 from simcalib.store.results_store import check_results_file, read_results, summarize
 
-from .runners import make_task_runner, shared_api_server
+from .runners import broken_pool_stop, make_task_runner, shared_api_server, sigint_recorded
 
 PAPER_DIR_ENV = "SIMCALIB_PAPER_DIR"
 
@@ -142,7 +143,6 @@ def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = No
     ``plan``: the study already resolved (:meth:`~simcalib.experiment.plan.StudyPlan.to_json`, as ``simcalib study run``
     passes it); else the file is resolved here, once, before the task runner (a Dask cluster, processes) starts."""
     study_plan = StudyPlan.from_json(plan) if plan is not None else plan_study(load_study(study_file, overrides))
-    study_plan.check_flow_runs_it(KINDS)
     execution = study_plan.execution
     spec = _runner_spec(execution, study_layout(study_plan))
     with results_lock(study_plan.output, command=f"simcalib study run {study_file}", notify=print), \
@@ -188,7 +188,11 @@ def run_study(plan: dict) -> dict:
                     schedule.units_planned, execution.runner, _runner_spec(execution, layout).workers, layout.line(),
                     study.output)
         driver = _Driver(study, schedule, _tracker(study, logger), logger)
-        driver.run()
+        try:
+            with sigint_recorded():
+                driver.run()
+        except BrokenProcessPool:  # a worker process ended: the Ctrl-C stop, or a lost worker in one line
+            raise broken_pool_stop(FlowRunContext.get().task_runner, study.output) from None
     tasks = driver.tasks
     result = {
         "study": study.name, "study_file": study.source, "output": str(study.output),

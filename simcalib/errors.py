@@ -43,6 +43,12 @@ class MissingExtraError(SimCalibError):
     installed."""
 
 
+class WorkerProcessLost(BaseException):
+    """A worker process of a study's process pool ended while the study ran, not by SIGINT (killed: out of memory,
+    SIGKILL), so the pool cannot run the study's tasks. A ``BaseException``, as ``KeyboardInterrupt`` is: Prefect
+    records the flow runs crashed and logs no traceback; ``simcalib study run`` prints it in one line."""
+
+
 class DefaultsTakenWarning(UserWarning):
     """A per-benchmark default (a weight decay, GATS's bias...) applied to a graph that is not a benchmark graph."""
 

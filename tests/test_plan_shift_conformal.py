@@ -1,7 +1,7 @@
 """The study files' ``shift`` and ``conformal`` sections: validated, carried by the plan only when declared (so a plan
 without them keeps its JSON and digest), turned into benchmark plans of kind shift (one per property, its own
-results folder) and conformal whose calibrator digests include the kind's settings, shown by the plan's lines,
-refused by a caller that computes the protocol's rows only."""
+results folder) and conformal whose calibrator digests include the kind's settings, shown by the plan's lines;
+a recorded plan of a kind this code does not compute is refused when read."""
 
 from __future__ import annotations
 
@@ -85,15 +85,20 @@ def test_bad_sections_are_refused_naming_the_key():
         _plan(conformal={"score": ["APS"]})
 
 
-def test_a_caller_that_computes_the_protocol_only_refuses_the_other_kinds():
-    """The study flow computes every kind (run units through node_runs.evaluate_run: tests/flows/test_study_flow.py);
-    a caller that writes the protocol's rows only refuses a shift or conformal plan, which would lose their columns."""
-    plan = _plan(conformal={})
-    with pytest.raises(ConfigError, match="declares conformal, which the study flow does not compute"):
-        plan.check_flow_runs_it()
-    _plan().check_flow_runs_it()  # a plan without the sections runs
-    plan.check_flow_runs_it(kinds=KINDS)  # a caller that hands such plans to node_runs.evaluate_run
-    _plan(shift={"properties": ["density"]}).check_flow_runs_it(kinds=KINDS)
+def test_the_schedule_computes_every_kind_a_plan_can_be_and_a_plan_of_another_kind_is_not_read():
+    """The schedule computes every kind (node runs: tests/flows/test_study_flow.py), so nothing checks a plan's kind
+    before it; a plan recorded with a kind this code does not know is refused when read, in one line."""
+    from simcalib.experiment.plan import BenchmarkPlan
+    from simcalib.experiment.schedule import COMPUTED_KINDS
+
+    assert COMPUTED_KINDS == KINDS == ("protocol", "shift", "conformal")
+    for plan in (_plan(), _plan(conformal={}), _plan(shift={"properties": ["density"]})):
+        assert all(BenchmarkPlan.from_json(b.to_json()) == b for b in plan.benchmarks)
+    data = {**_plan(conformal={}).benchmarks[0].to_json(), "kind": "coverage"}
+    with pytest.raises(ConfigError) as error:
+        BenchmarkPlan.from_json(data)
+    message = str(error.value)
+    assert "\n" not in message and "kind 'coverage' cannot be read" in message and "plan the study again" in message
 
 
 def test_study_run_refuses_a_study_with_both_kinds_in_one_line_before_any_work(tmp_path, capsys):

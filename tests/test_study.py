@@ -91,6 +91,18 @@ def test_a_datasets_own_runs_replace_the_studys_for_its_benchmarks_only(tmp_path
     assert citeseer.seeds[0] == without["Citeseer-GCN"].seeds[0]  # run (0, 0, 0): its seed is its identity's
 
 
+def test_the_study_and_its_plan_describe_the_runs_per_benchmark_alike(tmp_path):
+    """One description of the runs per benchmark (simcalib.experiment.study.describe_runs), from the study file
+    (``simcalib cost``) and from its plan (``simcalib study check``, the study flow's log)."""
+    own = load_study(write(tmp_path, PER_DATASET.replace("citeseer: {inits: 1, folds: [0, 2]}", "citeseer: {inits: 1}")))
+    same = load_study(write(tmp_path, PER_DATASET))  # Citeseer's own runs: as many as the study's
+    for study, expected in [(own, "4 per benchmark, 2 on Citeseer"), (same, "4 per benchmark")]:
+        assert study.describe_runs() == plan_study(study, data=False).describe_runs() == expected
+    everyone = load_study(write(tmp_path, PER_DATASET.replace("citeseer: {inits: 1, folds: [0, 2]}",
+                                                              "citeseer: {inits: 1}\n    cora: {folds: [0, 1, 2]}")))
+    assert everyone.describe_runs() == plan_study(everyone, data=False).describe_runs() == "12 on Cora, 2 on Citeseer"
+
+
 @pytest.mark.parametrize("entry, expected", [
     ("citeser: {inits: 1}", "study.yaml:13: runs.per_dataset.citeser: unknown dataset 'citeser' (did you mean "
                             "'Citeseer'?); valid datasets are: Cora, Citeseer; a key of runs.per_dataset is a dataset"),

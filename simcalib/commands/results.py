@@ -204,7 +204,7 @@ def run_cost(args: argparse.Namespace) -> int:
     workers = study.spec.task_runner.workers
     nodes = {dataset: get_spec(dataset).num_nodes for dataset, _ in study.benchmarks()}
     table, projected = study_cost(read_results(args.results), study.benchmarks(), names, runs_asked, cache, nodes)
-    print(f"{args.study}: {study.runs_per_benchmark()} runs per benchmark{_own_runs(study)}, {len(names)} calibrators, {workers} worker processes; "
+    print(f"{args.study}: runs {study.describe_runs()}; {len(names)} calibrators, {workers} worker processes; "
           f"backbones from {cache}")
     print(f"{'benchmark':<16} {'done':>4} {'with rows':>9} {'backbones':>9} {'epochs':>6} {'s/epoch':>8} "
           f"{'backbone s':>10} {'calib s':>8} {'run s':>7} {'rest CPU-h':>10}")
@@ -229,14 +229,3 @@ def run_cost(args: argparse.Namespace) -> int:
         print(f"the rest as tasks in the study's order: makespan {makespan(tasks, workers) / 3600:.1f} h, longest "
               f"first {makespan(sorted(tasks, reverse=True), workers) / 3600:.1f} h")
     return 0
-
-
-def _own_runs(study) -> str:
-    """The datasets with their own run counts (``runs.per_dataset``), as ``(15 on minesweeper, tolokers)``."""
-    own: dict[int, list[str]] = {}
-    for dataset in dict.fromkeys(d for d, _ in study.benchmarks()):
-        count = study.runs_per_benchmark(dataset)
-        if count != study.runs_per_benchmark():
-            own.setdefault(count, []).append(dataset)
-    return "".join(f" ({count} on {', '.join(names)})" for count, names in own.items())
-

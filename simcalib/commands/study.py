@@ -156,15 +156,14 @@ def forget_rows(args: argparse.Namespace) -> int:
 
 def run_study(args: argparse.Namespace) -> int:
     from simcalib.commands.orchestration import flows_module, require_study_extra
+    from simcalib.errors import WorkerProcessLost
     from simcalib.experiment.plan import plan_study
-    from simcalib.experiment.node_runs import KINDS
     from simcalib.experiment.study import load_study
 
     require_study_extra("study run")  # before any work: one line naming the extra
     overrides = overrides_from(args)
     study = load_study(args.study_file, overrides)  # input errors end here: one line, exit 2
     plan = plan_study(study)  # resolved once: the flow reads this plan
-    plan.check_flow_runs_it(KINDS)  # before a Prefect server starts
     if not args.verbose:
         for key, value in QUIET_TASK_LOGS.items():
             os.environ.setdefault(key, value)
@@ -182,6 +181,9 @@ def run_study(args: argparse.Namespace) -> int:
         print(f"\ninterrupted: every finished row is kept in {study.output}/<Dataset>_<Backbone>/results.csv; "
               f"run the same command to resume", file=sys.stderr)
         return 130
+    except WorkerProcessLost as exc:  # a worker process killed (out of memory, SIGKILL): the finished rows are kept
+        print(f"\nerror: {exc}", file=sys.stderr)
+        return 1
     print_outcome(result)
     return 0
 

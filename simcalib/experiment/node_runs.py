@@ -31,13 +31,7 @@ import numpy as np
 import torch
 
 from simcalib.backbones import BackboneOutput, resolve_device
-from simcalib.calibrators import (
-    CalibrationGraph,
-    CalibratorDefinition,
-    build_calibrator,
-    calibrator_seed_name,
-    canonical_calibrator,
-)
+from simcalib.calibrators import CalibrationGraph, CalibratorDefinition, build_calibrator
 from simcalib.conformal import (
     ALPHAS,
     DAPS_DIFFUSION,
@@ -52,12 +46,14 @@ from simcalib.conformal import (
 )
 from simcalib.errors import ConfigError, TrainingDivergedError
 from simcalib.experiment.protocol import (
+    PlannedCalibrator,
     ProtocolSettings,
     Run,
     backbone_digest,
     backbone_options,
     cached_backbone,
     load_graph,
+    resolve_calibrator,
     row_definition,
     run_definition,
     run_split,
@@ -88,15 +84,15 @@ def kind_definition(definition: CalibratorDefinition, kind: str, options: Mappin
     return CalibratorDefinition(definition.name, {**definition.options, kind: dict(sorted(dict(options).items()))})
 
 
-def fit_calibrator_on(run: Run, settings: ProtocolSettings, calibrator: str, options: dict | None,
-                      output: BackboneOutput, train_idx: np.ndarray, cal_idx: np.ndarray):
-    """``calibrator`` fitted on ``output`` with the labels of ``train_idx`` and ``cal_idx`` only; (model, graph)."""
-    name = canonical_calibrator(calibrator)
+def fit_calibrator_on(run: Run, settings: ProtocolSettings, calibrator: PlannedCalibrator, output: BackboneOutput,
+                      train_idx: np.ndarray, cal_idx: np.ndarray):
+    """``calibrator`` (a plan's entry: name, options and seed name resolved) fitted on ``output`` with the labels
+    of ``train_idx`` and ``cal_idx`` only; (model, graph)."""
     graph = load_graph(run.dataset, settings)
     cg = CalibrationGraph.from_run(output.logits, output.hidden, graph.edge_index, graph.y, torch.from_numpy(train_idx),
                                    torch.from_numpy(cal_idx), features=graph.x).to(resolve_device(settings.device))
-    seed_everything(derive_seed(run.seed(settings), calibrator_seed_name(name)))
-    model = build_calibrator(name, cg.num_classes, run.dataset, run.backbone, **(options or {}))
+    seed_everything(derive_seed(run.seed(settings), calibrator.seed_name))
+    model = build_calibrator(calibrator.name, cg.num_classes, run.dataset, run.backbone, **calibrator.options_dict)
     start = time.perf_counter()
     try:
         model.fit(cg)
@@ -104,6 +100,12 @@ def fit_calibrator_on(run: Run, settings: ProtocolSettings, calibrator: str, opt
         raise TrainingDivergedError(f"{run.tag()}: {exc}") from None
     model._simcalib_fit_seconds = time.perf_counter() - start  # the rows' fit_seconds (the fit alone, as the protocol's)
     return model, cg
+
+
+def _planned(run: Run, calibrators: Sequence[str | PlannedCalibrator]) -> list[PlannedCalibrator]:
+    """``calibrators`` as planned entries: a plan's entry as it is, a name resolved with the registry's options
+    (:func:`~simcalib.experiment.protocol.resolve_calibrator`)."""
+    return [resolve_calibrator(c, run.dataset, run.backbone) for c in calibrators]
 
 
 def shift_run_split(run: Run, settings: ProtocolSettings, property: str, id_fraction: float = ID_FRACTION) -> ShiftSplit:
@@ -133,11 +135,12 @@ def _identity(run: Run, settings: ProtocolSettings, name: str) -> dict:
             "init": run.init, "fold": run.fold, "seed": run.seed(settings), "label_rate": settings.label_rate}
 
 
-def evaluate_shift_run(run: Run, settings: ProtocolSettings, calibrators: Mapping[str, dict | None],
+def evaluate_shift_run(run: Run, settings: ProtocolSettings, calibrators: Sequence[str | PlannedCalibrator],
                        property: str, id_fraction: float = ID_FRACTION, predictions_dir=None) -> list[dict]:
-    """One row per calibrator: ``id_``/``ood_`` ECE, NLL, Brier and accuracy and their OOD - ID differences, the
-    run's definition columns (the shift split's digest) and its backbone's digest. ``predictions_dir``: each
-    calibrator's probabilities of the ID and OOD test nodes saved there (``test_idx``: ID nodes first)."""
+    """One row per calibrator (a plan's entry, or a name: :func:`_planned`): ``id_``/``ood_`` ECE, NLL, Brier and
+    accuracy and their OOD - ID differences, the run's definition columns (the shift split's digest) and its
+    backbone's digest. ``predictions_dir``: each calibrator's probabilities of the ID and OOD test nodes saved
+    there (``test_idx``: ID nodes first)."""
     split = shift_run_split(run, settings, property, id_fraction)
     output = train_shift_backbone(run, settings, split)
     train_idx, cal_idx, id_test, ood_test = split.fold_indices(run.fold)
@@ -147,14 +150,13 @@ def evaluate_shift_run(run: Run, settings: ProtocolSettings, calibrators: Mappin
                   "split_source": split_source_label(split.split), BACKBONE_OPTIONS_COLUMN: backbone_options(run, settings),
                   "backbone_digest": backbone_digest(output)}
     rows = []
-    for name, options in calibrators.items():
-        model, cg = fit_calibrator_on(run, settings, name, options, output, train_idx, cal_idx)
+    for calibrator in _planned(run, calibrators):
+        model, cg = fit_calibrator_on(run, settings, calibrator, output, train_idx, cal_idx)
         probs = model.predict_proba(cg).detach().cpu()
-        canonical = canonical_calibrator(name)
         if predictions_dir is not None:
             nodes = np.concatenate([id_test, ood_test])
-            save_predictions(predictions_dir, run, canonical, probs[nodes].numpy(), y[nodes].numpy(), nodes)
-        rows.append({**_identity(run, settings, canonical), "shift_property": split.property,
+            save_predictions(predictions_dir, run, calibrator.name, probs[nodes].numpy(), y[nodes].numpy(), nodes)
+        rows.append({**_identity(run, settings, calibrator.name), "shift_property": split.property,
                      "id_fraction": split.id_fraction, "n_id_test": len(id_test), "n_ood_test": len(ood_test),
                      **shift_metrics(probs, y, id_test, ood_test), "fit_seconds": _fit_seconds(model), **definition})
     return rows
@@ -164,13 +166,13 @@ def _fit_seconds(model) -> float:
     return float(getattr(model, "_simcalib_fit_seconds", float("nan")))
 
 
-def evaluate_conformal_run(run: Run, settings: ProtocolSettings, calibrators: Mapping[str, dict | None],
+def evaluate_conformal_run(run: Run, settings: ProtocolSettings, calibrators: Sequence[str | PlannedCalibrator],
                            alphas: Sequence[float] = ALPHAS, scores: Sequence[str] = SCORES,
                            quantile_fraction: float = QUANTILE_FRACTION, randomised: bool = True,
                            raps_penalty: float = RAPS_PENALTY, raps_k_reg: int = RAPS_K_REG,
                            daps_diffusion: float = DAPS_DIFFUSION, output: BackboneOutput | None = None,
                            predictions_dir=None) -> list[dict]:
-    """One row per calibrator: test-node ECE, NLL and accuracy (of the calibrator fitted on the fit part), the
+    """One row per calibrator (a plan's entry, or a name: :func:`_planned`): test-node ECE, NLL and accuracy (of the calibrator fitted on the fit part), the
     conformal columns ``<score>_<metric>@<alpha>``, the run's definition columns and its backbone's digest.
     ``predictions_dir``: each calibrator's test-node probabilities saved there."""
     graph = load_graph(run.dataset, settings)
@@ -181,15 +183,14 @@ def evaluate_conformal_run(run: Run, settings: ProtocolSettings, calibrators: Ma
                                                                                             quantile_fraction),
                                             quantile_fraction)
     rows = []
-    for name, options in calibrators.items():
-        model, cg = fit_calibrator_on(run, settings, name, options, output, train_idx, fit_idx)
+    for calibrator in _planned(run, calibrators):
+        model, cg = fit_calibrator_on(run, settings, calibrator, output, train_idx, fit_idx)
         probs = model.predict_proba(cg).detach().cpu()
-        canonical = canonical_calibrator(name)
         base = compute_metrics(probs[test_idx], graph.y[test_idx])
         if predictions_dir is not None:
-            save_predictions(predictions_dir, run, canonical, probs[test_idx].numpy(), graph.y[test_idx].numpy(),
+            save_predictions(predictions_dir, run, calibrator.name, probs[test_idx].numpy(), graph.y[test_idx].numpy(),
                              test_idx)
-        rows.append({**_identity(run, settings, canonical), "n_fit": len(fit_idx),
+        rows.append({**_identity(run, settings, calibrator.name), "n_fit": len(fit_idx),
                      "n_quantile": len(quantile_idx), "quantile_fraction": float(quantile_fraction),
                      "ece": base["ece"], "nll": base["nll"], "accuracy": base["accuracy"],
                      **conformal_metrics(probs, graph.y, quantile_idx, test_idx, graph.edge_index, alphas, scores,
@@ -202,11 +203,12 @@ def evaluate_conformal_run(run: Run, settings: ProtocolSettings, calibrators: Ma
 def evaluate_run(plan, run: Run, calibrators: Sequence[str] | None = None,
                  predictions_dir=None) -> list[dict]:
     """The rows of ``run`` (one of ``plan.runs``, ``plan`` a :class:`~simcalib.experiment.plan.BenchmarkPlan`) for
-    ``calibrators`` (names the plan runs, in any spelling the
-    registry resolves; None: all of the plan's), for a plan of kind ``shift`` or ``conformal``: the columns of
+    ``calibrators`` (names as the plan names them, :attr:`~simcalib.experiment.plan.BenchmarkPlan.calibrator_names`;
+    None: all of the plan's), for a plan of kind ``shift`` or ``conformal``: the columns of
     :func:`evaluate_shift_run` or :func:`evaluate_conformal_run` under the plan's settings and the kind's options,
-    with the plan's calibrator definition (``calibrator_options``, ``calibrator_digest``). Appended with
-    :func:`~simcalib.store.results_store.append_rows` to ``plan.out_dir / "results.csv"``, they make
+    each calibrator the plan's entry (:meth:`~simcalib.experiment.plan.BenchmarkPlan.calibrator`: its name, options
+    and seed name resolved once, in the plan) with its definition (``calibrator_options``, ``calibrator_digest``).
+    Appended with :func:`~simcalib.store.results_store.append_rows` to ``plan.out_dir / "results.csv"``, they make
     :func:`~simcalib.experiment.ledger.read_ledger` count those calibrations done. ``predictions_dir``: the
     calibrators' test probabilities saved there (one npz per calibrator)."""
     kind = plan.kind
@@ -215,13 +217,12 @@ def evaluate_run(plan, run: Run, calibrators: Sequence[str] | None = None,
                           f"kind {kind!r}; the protocol's runs go through simcalib.experiment.protocol.evaluate_calibrator")
     if run not in plan.runs:
         raise ConfigError(f"{plan.name}: run {run.tag()} is not one of the plan's runs; take it from plan.runs")
-    entries = {c.name: c for c in plan.calibrators}
-    names = list(entries) if calibrators is None else [canonical_calibrator(c) for c in calibrators]
-    unknown = [n for n in names if n not in entries]
+    names = plan.calibrator_names if calibrators is None else list(calibrators)
+    unknown = [n for n in names if n not in plan.calibrator_names]
     if unknown:
-        raise ConfigError(f"{plan.name}: calibrator(s) {', '.join(unknown)} are not in the plan ({', '.join(entries)}); "
-                          "name calibrators of the study file")
-    chosen = {n: entries[n].options_dict for n in names}
+        raise ConfigError(f"{plan.name}: calibrator(s) {', '.join(unknown)} are not in the plan "
+                          f"({', '.join(plan.calibrator_names)}); name calibrators as the plan names them")
+    chosen = [plan.calibrator(n) for n in names]
     options = plan.kind_options_dict
     if predictions_dir is not None:
         from pathlib import Path
@@ -236,8 +237,7 @@ def evaluate_run(plan, run: Run, calibrators: Sequence[str] | None = None,
                                       options.get("randomised", True), options.get("raps_penalty", RAPS_PENALTY),
                                       options.get("raps_k_reg", RAPS_K_REG),
                                       options.get("daps_diffusion", DAPS_DIFFUSION), predictions_dir=predictions_dir)
-    for row in rows:
-        entry = entries[row["calibrator"]]
+    for row, entry in zip(rows, chosen):  # one row per calibrator, in order
         row[CALIBRATOR_OPTIONS_COLUMN] = entry.definition
         row[CALIBRATOR_DIGEST_COLUMN] = entry.digest
     return rows

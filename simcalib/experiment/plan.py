@@ -66,7 +66,7 @@ from simcalib.experiment.splits import (
     split_source_label,
     split_sources,
 )
-from simcalib.experiment.study import Study, load_study, probe_external
+from simcalib.experiment.study import Study, describe_runs, load_study, probe_external
 
 PLAN_VERSION = 2  # bump when a field is added or its meaning changes
 
@@ -223,7 +223,7 @@ class BenchmarkPlan:
             calibrators=tuple(PlannedCalibrator(**{**c, "options": _options(c["options"])}) for c in data["calibrators"]),
             backbone_config=tuple(data["backbone_config"].items()), backbone_options=data["backbone_options"],
             data_digest=data["data_digest"], out_dir=Path(data["out_dir"]), variant=data["variant"],
-            kind=data.get("kind", "protocol"), kind_options=_kind_options(data.get("kind_options")),
+            kind=_known_kind(data.get("kind", "protocol")), kind_options=_kind_options(data.get("kind_options")),
         )
 
 
@@ -279,16 +279,10 @@ class StudyPlan:
         return len(self.splits) * len(self.inits) * len(self.folds)
 
     def describe_runs(self) -> str:
-        """The runs per benchmark in words: ``75 per benchmark``, or with ``runs.per_dataset`` entries
-        ``75 per benchmark, 15 on minesweeper-GCN, tolokers-GCN``."""
-        default = self.runs_per_benchmark
-        counts: dict[int, list[str]] = {}
-        for benchmark in self.benchmarks:
-            counts.setdefault(len(benchmark.runs), []).append(benchmark.name)
-        if set(counts) <= {default}:
-            return f"{default} per benchmark"
-        head = [f"{default} per benchmark"] if default in counts else []
-        return ", ".join(head + [f"{n} on {', '.join(names)}" for n, names in counts.items() if n != default])
+        """The runs per benchmark in words (:func:`~simcalib.experiment.study.describe_runs` over each dataset's
+        benchmarks): ``75 per benchmark``, or with ``runs.per_dataset`` entries ``75 per benchmark, 15 on
+        minesweeper, tolokers``."""
+        return describe_runs(self.runs_per_benchmark, {b.dataset: len(b.runs) for b in self.benchmarks})
 
     @property
     def has_data(self) -> bool:
@@ -298,16 +292,6 @@ class StudyPlan:
     def kinds(self) -> tuple[str, ...]:
         """The kinds of its benchmark plans, in order of first appearance."""
         return tuple(dict.fromkeys(b.kind for b in self.benchmarks))
-
-    def check_flow_runs_it(self, kinds: Sequence[str] = ("protocol",)) -> None:
-        """ConfigError when a benchmark plan is of a kind outside ``kinds`` (those the caller computes; a flow that
-        hands plans of kind shift and conformal to :func:`simcalib.experiment.node_runs.evaluate_run` passes
-        ``KINDS``): a caller writing the protocol's rows would write them without their ID/OOD or conformal
-        columns."""
-        other = [kind for kind in self.kinds if kind not in kinds]
-        if other:
-            raise ConfigError(f"{self.source} declares {' and '.join(other)}, which the study flow does not "
-                              "compute; the library computes them (simcalib.experiment.node_runs.evaluate_run)")
 
     def digest(self) -> str:
         """16 hex digits of SHA-256 over :meth:`to_json` (sorted keys): equal digests, equal plans."""
@@ -554,6 +538,15 @@ def _kinds(spec) -> list[tuple[str, dict | None, str]]:
     if spec.conformal is not None:
         return [("conformal", spec.conformal.model_dump(), "")]
     return [("protocol", None, "")]
+
+
+def _known_kind(kind: str) -> str:
+    """``kind`` when it is one of :data:`~simcalib.experiment.node_runs.KINDS` (the kinds a plan is made of and the
+    schedule computes); else a one-line ConfigError: a plan recorded by other code."""
+    if kind not in KINDS:
+        raise ConfigError(f"a benchmark plan of kind {kind!r} cannot be read by this code (kinds "
+                          f"{', '.join(KINDS)}); plan the study again")
+    return kind
 
 
 def _kind_options(options: dict | None) -> Options:

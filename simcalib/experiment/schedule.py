@@ -23,6 +23,12 @@ The order, one rule each:
   ``task_runner.granularity`` winning over ``auto``. Either way each row comes from the same library functions
   (:func:`~simcalib.experiment.protocol.evaluate_calibrator` on the run's backbone), so the rows are the same.
 
+The kinds of benchmark plan it computes (:data:`COMPUTED_KINDS`) are every kind a plan can be: ``protocol`` (a
+run's calibrations through :func:`~simcalib.experiment.protocol.evaluate_calibrator`) and ``shift`` and
+``conformal`` (a run unit each through :func:`~simcalib.experiment.node_runs.evaluate_run`); a plan of any other
+kind is refused where it is made or read (:func:`~simcalib.experiment.plan.plan_benchmark`,
+:meth:`~simcalib.experiment.plan.BenchmarkPlan.from_json`), so no driver checks a plan's kind again.
+
 A driver asks :meth:`Schedule.submit` for the units to start now and reports each back with :meth:`Schedule.finished`
 (its result) or :meth:`Schedule.failed` (why); the schedule accepts the rows into the ledger, appends them to the
 benchmark's ``results.csv`` (the caller's process alone writes it), releases what they unblock and, once a
@@ -42,6 +48,7 @@ from pathlib import Path
 
 from simcalib.errors import ConfigError
 from simcalib.experiment.ledger import BenchmarkLedger, drop_superseded, order_rows, read_ledger
+from simcalib.experiment.node_runs import KINDS, evaluate_run
 from simcalib.experiment.plan import BenchmarkPlan
 from simcalib.experiment.protocol import (
     Run,
@@ -57,6 +64,7 @@ from simcalib.store.integrity import finished_run
 from simcalib.store.results_store import append_rows
 
 BACKBONE, CALIBRATE, RUN = "backbone", "calibrate", "run"
+COMPUTED_KINDS = KINDS  # the plans' kinds compute_unit computes: all of them (module docstring)
 GRANULARITIES = ("auto", "run", "calibrator")
 FAKE_DEVICES_ENV = "SIMCALIB_FAKE_DEVICE_COUNT"  # a device count for tests: slots and indices without a device
 MPS_CONTROL = "nvidia-cuda-mps-control"
@@ -236,9 +244,7 @@ def compute_unit(unit: Unit, torch_threads: int | None = None) -> dict:
                                              model, context) for run, context, model in zip(runs, contexts, fitted)],
                 "backbones": []}
     (run,) = runs
-    if plan_kind(plan) != "protocol":
-        from simcalib.experiment.node_runs import evaluate_run
-
+    if plan_kind(plan) != "protocol":  # shift, conformal: the node runs' rows
         on_device = dataclasses.replace(plan, settings=settings) if settings is not plan.settings else plan
         return {"rows": evaluate_run(on_device, run, list(unit.calibrators), unit.predictions_dir), "backbones": []}
     context = prepare_run(run, settings)
@@ -475,6 +481,6 @@ class Schedule:
             outcome.finished.append(plan)
 
 
-__all__ = ["BACKBONE", "CALIBRATE", "FAKE_DEVICES_ENV", "GRANULARITIES", "RUN", "DeviceLayout", "Outcome", "Schedule",
-           "Unit", "backbone_stats", "compute_unit", "device_count", "device_layout", "mps_status", "plan_kind",
-           "unit_settings"]
+__all__ = ["BACKBONE", "CALIBRATE", "COMPUTED_KINDS", "FAKE_DEVICES_ENV", "GRANULARITIES", "RUN", "DeviceLayout",
+           "Outcome", "Schedule", "Unit", "backbone_stats", "compute_unit", "device_count", "device_layout",
+           "mps_status", "plan_kind", "unit_settings"]

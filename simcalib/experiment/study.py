@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -270,6 +270,10 @@ class Study:
         splits, inits, folds = self.runs_of(dataset) if dataset is not None else (self.splits, self.inits, self.folds)
         return len(splits) * len(inits) * len(folds)
 
+    def describe_runs(self) -> str:
+        """The runs per benchmark in words (:func:`describe_runs` over :meth:`runs_per_benchmark` of each dataset)."""
+        return describe_runs(self.runs_per_benchmark(), {d: self.runs_per_benchmark(d) for d in self.datasets})
+
     def settings(self, label_rate: float | None = None):
         """The :class:`simcalib.experiment.protocol.ProtocolSettings` of the study's runs at ``label_rate`` (default: its
         first, the only one unless the study sweeps rates)."""
@@ -318,6 +322,19 @@ class Study:
 
 # ---------------------------------------------------------------------------------------------------------
 # Loading and checking
+
+
+def describe_runs(default: int, counts: Mapping[str, int]) -> str:
+    """Runs per benchmark in words: ``75 per benchmark``, or with datasets of their own count (``runs.per_dataset``)
+    ``75 per benchmark, 15 on minesweeper, tolokers``. ``counts``: each dataset's runs per benchmark;
+    ``default``: those of a dataset without an entry (left out when no dataset has it)."""
+    groups: dict[int, list[str]] = {}
+    for dataset, count in counts.items():
+        groups.setdefault(count, []).append(dataset)
+    if set(groups) <= {default}:
+        return f"{default} per benchmark"
+    head = [f"{default} per benchmark"] if default in groups else []
+    return ", ".join(head + [f"{n} on {', '.join(names)}" for n, names in groups.items() if n != default])
 
 
 def merge_overrides(base: dict, overrides: dict) -> dict:
@@ -562,6 +579,6 @@ def _overridden(path: Path_, overrides: dict) -> bool:
 
 
 __all__ = [
-    "DEFAULT_TRACKING_URI", "CalibratorPlan", "Study", "StudySpec", "load_study", "merge_overrides", "parse_yaml",
-    "study_from_dict",
+    "DEFAULT_TRACKING_URI", "CalibratorPlan", "Study", "StudySpec", "describe_runs", "load_study", "merge_overrides",
+    "parse_yaml", "study_from_dict",
 ]

@@ -120,6 +120,61 @@ def test_ctrl_c_stops_a_study_on_worker_processes_at_once_keeping_its_finished_t
         kill_all(tree)  # the server is outside the study's process group
 
 
+def _worker_processes(pid: int) -> list:
+    """The process pool's workers below the study process ``pid`` (spawned: ``multiprocessing.spawn``)."""
+    return [p for p in process_tree(pid)[1:] if "spawn_main" in " ".join(p.cmdline())]
+
+
+@pytest.mark.parametrize("signum, status, line", [
+    (signal.SIGINT, 130, "interrupted: every finished row is kept in"),
+    pytest.param(signal.SIGKILL, 1, "error: a worker process of the study ended (killed by signal 9, SIGKILL",
+                 marks=pytest.mark.slow),  # ~70 s, the same path as SIGINT's to its other end
+], ids=["SIGINT", "SIGKILL"])
+def test_a_worker_process_ended_by_a_signal_stops_the_study_in_one_line(study_env, tmp_path, signum, status, line):
+    """``simcalib study run`` on the processes runner; one worker process alone gets a signal once a first row is
+    written (a Ctrl-C that reaches a worker before the study's process, a worker killed for memory). SIGINT: the
+    stop Ctrl-C gives (exit 130, its one line); SIGKILL: an error of one line naming the worker's end and how to
+    resume. Either way no traceback, and every row finished before it kept."""
+    study_file = study_env.write(f"worker-{signum.name}", runner={"kind": "processes", "workers": 2},
+                                 backbone={"max_epochs": 150})
+    out = study_file.parent / "out"
+
+    def rows() -> list[str]:
+        return [line for path in sorted(out.glob("*/results.csv")) for line in path.read_text().splitlines()[1:]]
+
+    process = subprocess.Popen([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)],
+                               cwd=PROJECT_ROOT, env=_ephemeral_env(tmp_path / "home"), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    tree = []
+    try:
+        deadline = time.monotonic() + 300
+        while not rows() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process.poll() is None, "the study ended before a worker could be stopped"
+        tree = process_tree(process.pid)
+        finished = rows()
+        workers = _worker_processes(process.pid)
+        assert workers, "no worker process found"
+        workers[0].send_signal(signum)  # the worker alone: the study's process gets no signal
+        try:
+            output, _ = process.communicate(timeout=STOP_WITHIN)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the study still runs {STOP_WITHIN} s after its worker got {signum.name}")
+        assert process.returncode == status, output
+        assert "Traceback" not in output, output
+        (message,) = [text for text in output.splitlines() if text.startswith(line)]  # the command's own line
+        assert "run the same command to resume" in message, output
+        after = rows()
+        assert after[:len(finished)] == finished, "a finished row was lost or rewritten"
+        assert len(after) < 3 * len(TINY_CALIBRATORS), "the study had no work left in flight when stopped"
+        assert left_running(tree, timeout=20) == []
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        kill_all(tree)
+
+
 _HOLD_ON_EACH_WORKER = textwrap.dedent("""
     import sys, time
     from prefect import flow, task
