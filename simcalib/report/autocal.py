@@ -10,8 +10,8 @@ still pair, and the count says how many did not.
 
 Per benchmark and metric m (test ECE in percent, NLL), over the paired runs R:
 
-* the best calibrator :math:`b_m = \arg\min_c \frac{1}{|R|}\sum_{r\in R} m_c(r)` among the headline's calibrators
-  other than UnCal that have a row on every run of R (the best fixed choice in hindsight, on the same runs);
+* the best calibrator :math:`b_m = \arg\min_c \frac{1}{|R|}\sum_{r\in R} m_c(r)` among the calibrators other
+  than UnCal that the family's study plans on the benchmark (the headline's) and that have a row on every run of R (the best fixed choice in hindsight, on the same runs);
 * the regret of a choice :math:`a` (AutoCal, or a fixed calibrator), run by run :math:`m_a(r) - m_{b_m}(r)`, and
   its mean over R with the 95% interval of :func:`simcalib.report.bootstrap.mean_interval` (whole splits resampled,
   the leaderboard's resampling unit). The fixed choices: always TS, always GATS, and the family's recommended
@@ -176,9 +176,21 @@ def _answer_body(table: pd.DataFrame) -> list[list[str]]:
     return body
 
 
+def planned_calibrators(study: str | os.PathLike, dataset: str, backbone: str) -> tuple[str, ...]:
+    """The calibrators that the study file ``study`` plans on (dataset, backbone), at any label rate."""
+    from simcalib.experiment.plan import plan_study
+    from simcalib.experiment.study import load_study
+
+    plan = plan_study(load_study(study), data=False)
+    return tuple(dict.fromkeys(name for b in plan.benchmarks if b.kind == "protocol" and b.dataset == dataset
+                               and b.backbone == backbone for name in b.calibrator_names))
+
+
 def read_reference(dataset: str, backbone: str, families_file: str | os.PathLike) -> tuple[str, pd.DataFrame, str | None]:
     """The family of (dataset, backbone), its headline rows and the family's recommended calibrator: the first
-    family of ``families_file`` whose results hold the benchmark's folder (after its ``classes`` selection)."""
+    family of ``families_file`` whose results hold the benchmark's folder (after its ``classes`` selection), the rows
+    of the calibrators its ``study`` plans where it names one (the headline's calibrators, not a side pass such as
+    Table 4's w sweep in the same folder)."""
     from simcalib.report.leaderboard import read_families, select_classes
     from simcalib.report.results import load_study_results
 
@@ -191,6 +203,8 @@ def read_reference(dataset: str, backbone: str, families_file: str | os.PathLike
             if not (path / "results.csv").is_file():
                 continue
             rows = select_classes(load_study_results(path).main_rows(), family.classes)
+            if family.study is not None:  # the calibrators the family's study plans (not its side passes)
+                rows = rows[rows["calibrator"].isin(planned_calibrators(family.study, dataset, backbone))]
             if rows.empty:
                 continue
             picked = recommendation.loc[recommendation["family"] == family.name, "calibrator"]
@@ -250,6 +264,8 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
     headline_runs = headline_run_counts
     scope = "; ".join(f"{d} {b}: {n} runs, init(s) {', '.join(map(str, sorted(own.loc[(own.dataset == d) & (own.backbone == b), 'init'].unique())))} of the headline's {headline_runs[(d, b)]}"
                       for (d, b), n in runs.items())
+    pool = "; ".join(f"{d} {b}: {len(per_run(g, 'ece').columns) - 2}" for (d, b), g in
+                     rows.groupby(["dataset", "backbone"], sort=True))
     sentence = answer_sentence(table)
     answer_header = ["Benchmark", "Metric", "Runs", "Best (hindsight)", "Choice", "Regret [95%]",
                      "AutoCal - choice [95%]"]
@@ -262,9 +278,10 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
         blocks.append(Paragraph(loaded.left_out))
     blocks += [
         Paragraph(f"Runs: {scope}. Regret of a choice: its metric minus the best calibrator's on the same run, "
-                  "averaged over the paired runs; the best calibrator is the headline calibrator other than UnCal "
-                  "with the lowest mean over those same runs (a choice in hindsight, so its own regret is 0 and no "
-                  "choice's mean regret is below 0). ECE in percent. Intervals: 95%, whole splits resampled "
+                  "averaged over the paired runs; the best calibrator is, of the headline study's calibrators other "
+                  f"than UnCal ({pool}), the one with the lowest mean over those same runs (a choice in hindsight: "
+                  "its own regret is 0 and no headline calibrator's mean regret is below 0; AutoCal's can be, as it "
+                  "may pick another candidate on each run). ECE in percent. Intervals: 95%, whole splits resampled "
                   "(simcalib.report.bootstrap.mean_interval). The last column is AutoCal's metric minus the "
                   "choice's, paired by run: below 0, AutoCal is better."),
         Heading(2, "What AutoCal selects"),
@@ -297,4 +314,4 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
 
 
 __all__ = ["AUTOCAL", "FAMILIES", "REGRET_COLUMNS", "answer_sentence", "best_calibrator", "build_autocal_report",
-           "cost_table", "pair_rows", "per_run", "read_reference", "regret_table", "selection_counts"]
+           "cost_table", "pair_rows", "per_run", "planned_calibrators", "read_reference", "regret_table", "selection_counts"]
