@@ -4,6 +4,8 @@ the selection counts per family, and the report's answer sentence and `make repo
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -19,6 +21,7 @@ from simcalib.report.autocal import (
 )
 from simcalib.store.results_store import append_rows
 
+ROOT = Path(__file__).resolve().parents[2]
 RUNS = [(s, 0, f) for s in range(5) for f in range(3)]
 # per-run offsets of each headline calibrator's ECE over a run-specific base (Best lowest on every run)
 OFFSETS = {"UnCal": -5.0, "TS": 1.0, "GATS": 0.5, "Best": 0.0, "ETS": 2.0}
@@ -130,3 +133,24 @@ def test_make_report_renders_the_autocal_entry_from_its_rows(tmp_path, capsys, m
 def test_an_autocal_report_without_rows_writes_nothing(tmp_path):
     assert build_autocal_report(tmp_path / "absent", tmp_path / "out", "t") is None
     assert not (tmp_path / "out").exists()
+
+
+def test_the_best_is_drawn_from_the_calibrators_the_family_study_plans(tmp_path, monkeypatch):
+    """A calibrator in the headline's folder that its study does not plan (a side pass, here "Best") is no
+    candidate for the best; AutoCal, equal to it, then has a regret below 0."""
+    from simcalib.report.autocal import read_reference
+
+    monkeypatch.chdir(tmp_path)
+    append_rows(tmp_path / "headline" / "Cora_GCN" / "results.csv", _headline())
+    study = Path("study.yaml")
+    study.write_text(Path(ROOT / "study" / "autocal_slice.yaml").read_text().replace(
+        "  AutoCal: {}", "  UnCal: {}\n  TS: {}\n  GATS: {}\n  ETS: {}"))
+    (tmp_path / "leaderboard.yaml").write_text("- name: homophilous\n  title: H\n  results: headline\n"
+                                               "  study: study.yaml\n")
+    family, headline, recommended = read_reference("Cora", "GCN", "leaderboard.yaml")
+    assert family == "homophilous" and recommended is None
+    assert set(headline["calibrator"]) == {"UnCal", "TS", "GATS", "ETS"}
+    rows, _ = pair_rows(pd.DataFrame(_autocal()), headline)
+    ece = regret_table(rows, family, None).query("metric == 'ece'").set_index("choice")
+    assert set(ece["best"]) == {"GATS"}
+    assert ece.loc["AutoCal", "regret"] == pytest.approx(-0.5)
