@@ -131,11 +131,13 @@ def selection_counts(autocal: pd.DataFrame, families: dict[tuple[str, str], str]
 
 
 def cost_table(rows: pd.DataFrame, candidates: Sequence[str] = DEFAULT_CANDIDATES) -> pd.DataFrame:
-    """Median ``fit_seconds`` per benchmark (rows) of AutoCal and each candidate (columns) on the paired runs."""
+    """Median ``fit_seconds`` per benchmark (rows) of AutoCal and each candidate (columns) on the paired runs, and
+    the sum of the candidates' medians (``candidates summed``: one fit of each)."""
     names = [AUTOCAL, *candidates]
     picked = rows[rows["calibrator"].isin(names)]
     table = picked.groupby(["dataset", "backbone", "calibrator"])["fit_seconds"].median().unstack("calibrator")
-    return table.reindex(columns=[n for n in names if n in table.columns])
+    table = table.reindex(columns=[n for n in names if n in table.columns])
+    return table.assign(**{"candidates summed": table.drop(columns=[AUTOCAL], errors="ignore").sum(axis=1)})
 
 
 def answer_sentence(table: pd.DataFrame) -> str:
@@ -273,9 +275,9 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
     blocks = [Heading(1, title)]
     if regenerate:
         blocks.append(Paragraph(f"Rendered from the committed rows by {regenerate} (provenance: `provenance.yaml`)."))
-    blocks += [Heading(2, "Answer"), *summary_blocks]
     if loaded.left_out:
-        blocks.append(Paragraph(loaded.left_out))
+        summary_blocks.append(Paragraph(loaded.left_out))
+    blocks += [Heading(2, "Answer"), *summary_blocks]
     blocks += [
         Paragraph(f"Runs: {scope}. Regret of a choice: its metric minus the best calibrator's on the same run, "
                   "averaged over the paired runs; the best calibrator is, of the headline study's calibrators other "
