@@ -97,8 +97,11 @@ RECOMMENDED = "recommended"  # figure_calibrators: UnCal, TS, the recommendation
 # ``kind: shift`` / ``kind: conformal``: the entry is rendered by simcalib.report.shift / simcalib.report.conformal
 # from the rows of simcalib.experiment.node_runs.evaluate_run (``study``: the study file whose plan the report
 # compares the rows with), and skipped with one line while its results folder holds no rows.
+# ``kind: autocal``: simcalib.report.autocal, AutoCal's regret against the headline's calibrators on the same runs;
+# with ``summary_in``, its summary.md replaces that file's summary block of the entry.
 KIND_REPORTS = {"shift": "simcalib.report.shift:build_shift_report",
-                "conformal": "simcalib.report.conformal:build_conformal_report"}
+                "conformal": "simcalib.report.conformal:build_conformal_report",
+                "autocal": "simcalib.report.autocal:build_autocal_report"}
 
 
 def render_kind_entry(entry: dict, command: str) -> Path | None:
@@ -161,6 +164,12 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
         if entry.get("kind") is not None and entry["kind"] not in KIND_REPORTS:
             raise ConfigError(f"{path}: entry {index}: kind must be one of {', '.join(KIND_REPORTS)}, got "
                               f"{entry['kind']!r}")
+        for target in _as_list(entry.get("summary_in")):
+            if not isinstance(target, str) or not Path(target).is_file():
+                raise DataMissingError(f"{path}: entry {index}: summary_in file {target!r} does not exist")
+            if BEGIN.format(out=entry["out"]) not in Path(target).read_text():
+                raise ConfigError(f"{path}: entry {index}: {target} has no summary block for {entry['out']}; put "
+                                  f"the two lines {BEGIN.format(out=entry['out'])!r} and {END!r} where it goes")
         if entry.get("kind") is not None:
             continue  # rendered from its rows when there are any (render_kind_entry)
         if entry.get("study") is not None and not Path(str(entry["study"])).is_file():
@@ -168,12 +177,6 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
                                    "names the study file whose results the entry reads (e.g. study/offline.yaml)")
         if not isinstance(entry.get("theory", True), bool):
             raise ConfigError(f"{path}: entry {index}: theory must be true or false, got {entry['theory']!r}")
-        for target in _as_list(entry.get("summary_in")):
-            if not isinstance(target, str) or not Path(target).is_file():
-                raise DataMissingError(f"{path}: entry {index}: summary_in file {target!r} does not exist")
-            if BEGIN.format(out=entry["out"]) not in Path(target).read_text():
-                raise ConfigError(f"{path}: entry {index}: {target} has no summary block for {entry['out']}; put "
-                                  f"the two lines {BEGIN.format(out=entry['out'])!r} and {END!r} where it goes")
         for key in ("results", "data_efficiency", "figure_data"):
             for folder in _as_list(entry.get(key)):
                 if not isinstance(folder, str) or not Path(folder).is_dir():
@@ -201,6 +204,10 @@ def run_every(args: argparse.Namespace) -> int:
             written = render_kind_entry(entry, command)
             print(f"report: {written}" if written else f"report: {entry['out']} skipped (no {entry['kind']} rows below "
                   f"{entry['results']} yet)", flush=True)
+            summary = Path(entry["out"]) / "summary.md"
+            for target in _as_list(entry.get("summary_in")) if written and summary.is_file() else []:
+                embed_summary(target, entry["out"], summary.read_text())
+                print(f"summary: {target}", flush=True)
             continue
         outputs = build_report(entry["results"], entry["out"], args.paper_dir, entry["title"], args.theory_reps,
                                args.seed, splits=entry.get("splits"), keep_figures=True, regenerate=command,

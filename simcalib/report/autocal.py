@@ -1,0 +1,319 @@
+r"""The AutoCal report (``reports/autocal/``): what choosing a calibrator per run by cross-fitting
+(:class:`simcalib.calibrators.autocal.AutoCal`) costs against the best fixed choice, run by run.
+
+A benchmark here is (dataset, backbone) with AutoCal rows below the report's results folder. Each AutoCal row is
+paired with the headline's rows of the same run: the rows of the same (split, init, fold) in the benchmark's
+folder of a family's results (``reports/leaderboard.yaml``: the headline and heterophily studies) **and** the same
+``backbone_digest``, so both calibrated the same trained backbone. An AutoCal row without such a pair (no headline
+row of that run, or one on another backbone) is left out and counted in the report, not refused: the other runs
+still pair, and the count says how many did not.
+
+Per benchmark and metric m (test ECE in percent, NLL), over the paired runs R:
+
+* the best calibrator :math:`b_m = \arg\min_c \frac{1}{|R|}\sum_{r\in R} m_c(r)` among the calibrators other
+  than UnCal that the family's study plans on the benchmark (the headline's) and that have a row on every run of R (the best fixed choice in hindsight, on the same runs);
+* the regret of a choice :math:`a` (AutoCal, or a fixed calibrator), run by run :math:`m_a(r) - m_{b_m}(r)`, and
+  its mean over R with the 95% interval of :func:`simcalib.report.bootstrap.mean_interval` (whole splits resampled,
+  the leaderboard's resampling unit). The fixed choices: always TS, always GATS, and the family's recommended
+  calibrator (``recommendation.csv`` beside the families file). The best calibrator's own regret is 0;
+* AutoCal minus each fixed choice, paired the same way: a fixed choice "does as well" on a benchmark and metric
+  when this interval does not lie wholly below 0.
+
+Also per family: how often AutoCal selected each candidate (the rows' ``selected``), and per benchmark the median
+``fit_seconds`` of AutoCal beside its candidates' on the same runs.
+
+With ``study``, only the benchmarks complete by that study file's plan enter (:mod:`simcalib.report.completeness`);
+the others are named in one line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simcalib.calibrators.autocal import DEFAULT_CANDIDATES
+from simcalib.errors import ConfigError, DataMissingError
+from simcalib.report.bootstrap import mean_interval
+from simcalib.report.render import Bullets, Heading, Paragraph, table_block, write_report
+
+AUTOCAL = "AutoCal"
+UNCALIBRATED = "UnCal"
+FIXED = ("TS", "GATS")  # the fixed choices beside the family's recommended calibrator
+METRICS = ("ece", "nll")
+LABELS = {"ece": "ECE (%)", "nll": "NLL"}
+DIGITS = {"ece": 2, "nll": 3}
+RUN_KEYS = ["split", "init", "fold"]
+FAMILIES = "reports/leaderboard.yaml"
+REGRET_COLUMNS = ["dataset", "backbone", "family", "metric", "runs", "best", "choice", "calibrator", "regret",
+                  "regret_low", "regret_high", "vs_autocal", "vs_autocal_low", "vs_autocal_high"]
+
+
+def pair_rows(autocal: pd.DataFrame, headline: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The headline rows of the runs that ``autocal`` (one benchmark's AutoCal rows) pairs with, and AutoCal's rows
+    among them: one frame of every calibrator's rows on the paired runs, and the number of AutoCal rows left out
+    (no headline row of the same split, init and fold with the same ``backbone_digest``)."""
+    for name, frame in (("AutoCal", autocal), ("headline", headline)):
+        missing = [c for c in [*RUN_KEYS, "backbone_digest"] if c not in frame.columns]
+        if missing:
+            raise DataMissingError(f"{name} rows lack column(s) {', '.join(missing)}; the pairing needs the run "
+                                   "(split, init, fold) and backbone_digest of every row")
+    keys = headline[[*RUN_KEYS, "backbone_digest"]].drop_duplicates()
+    own = autocal.merge(keys, on=[*RUN_KEYS, "backbone_digest"], how="inner")
+    runs = own[RUN_KEYS].drop_duplicates()
+    others = headline[headline["calibrator"] != AUTOCAL].merge(own[[*RUN_KEYS, "backbone_digest"]],
+                                                               on=[*RUN_KEYS, "backbone_digest"], how="inner")
+    rows = pd.concat([own, others], ignore_index=True)
+    return rows.merge(runs, on=RUN_KEYS), len(autocal) - len(own)
+
+
+def per_run(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """``metric`` per run (index: split, init, fold) and calibrator (columns), the calibrators with a value on every
+    run only."""
+    wide = rows.pivot_table(index=RUN_KEYS, columns="calibrator", values=metric, aggfunc="first")
+    return wide.dropna(axis=1, how="any")
+
+
+def best_calibrator(wide: pd.DataFrame) -> str:
+    """The calibrator other than UnCal and AutoCal with the lowest mean over the runs of ``wide`` (ties: the first
+    name in sorted order)."""
+    means = wide.drop(columns=[c for c in (UNCALIBRATED, AUTOCAL) if c in wide.columns]).mean().sort_index()
+    if means.empty:
+        raise DataMissingError("no headline calibrator has a row on every paired run; the regret needs one")
+    return str(means.idxmin())
+
+
+def _mean_and_interval(values: pd.Series, splits: np.ndarray) -> tuple[float, float, float]:
+    interval = mean_interval(values.to_numpy(float), splits)
+    return (float(values.mean()), np.nan if interval is None else interval.low,
+            np.nan if interval is None else interval.high)
+
+
+def regret_table(rows: pd.DataFrame, family: str, recommended: str | None) -> pd.DataFrame:
+    """One benchmark's regret rows (:data:`REGRET_COLUMNS`): per metric, AutoCal, TS, GATS and ``recommended``
+    (the family's calibrator) against the best calibrator on the paired runs ``rows`` (:func:`pair_rows`)."""
+    records = []
+    choices = [("AutoCal", AUTOCAL), *((f"always {c}", c) for c in FIXED)]
+    if recommended:
+        choices.append((f"recommended ({family})", recommended))
+    for metric in METRICS:
+        wide = per_run(rows, metric)
+        if AUTOCAL not in wide.columns:
+            continue
+        best = best_calibrator(wide)
+        splits = wide.index.get_level_values("split").to_numpy()
+        for choice, calibrator in choices:
+            if calibrator not in wide.columns:
+                continue
+            regret = _mean_and_interval(wide[calibrator] - wide[best], splits)
+            versus = _mean_and_interval(wide[AUTOCAL] - wide[calibrator], splits) if calibrator != AUTOCAL else \
+                (np.nan, np.nan, np.nan)
+            records.append({"dataset": rows["dataset"].iloc[0], "backbone": rows["backbone"].iloc[0],
+                            "family": family, "metric": metric, "runs": len(wide), "best": best, "choice": choice,
+                            "calibrator": calibrator, "regret": regret[0], "regret_low": regret[1],
+                            "regret_high": regret[2], "vs_autocal": versus[0], "vs_autocal_low": versus[1],
+                            "vs_autocal_high": versus[2]})
+    return pd.DataFrame(records, columns=REGRET_COLUMNS)
+
+
+def selection_counts(autocal: pd.DataFrame, families: dict[tuple[str, str], str],
+                     candidates: Sequence[str] = DEFAULT_CANDIDATES) -> pd.DataFrame:
+    """Per family (rows) and candidate (columns): how many AutoCal rows selected it; a selection outside
+    ``candidates`` gets its own column."""
+    family = [families[(d, b)] for d, b in zip(autocal["dataset"], autocal["backbone"])]
+    counts = pd.crosstab(np.asarray(family, dtype=object), autocal["selected"].astype(str).to_numpy(),
+                         rownames=["family"], colnames=["selected"])
+    columns = [*candidates, *sorted(set(counts.columns) - set(candidates))]
+    return counts.reindex(columns=columns, fill_value=0)
+
+
+def cost_table(rows: pd.DataFrame, candidates: Sequence[str] = DEFAULT_CANDIDATES) -> pd.DataFrame:
+    """Median ``fit_seconds`` per benchmark (rows) of AutoCal and each candidate (columns) on the paired runs, and
+    the sum of the candidates' medians (``candidates summed``: one fit of each)."""
+    names = [AUTOCAL, *candidates]
+    picked = rows[rows["calibrator"].isin(names)]
+    table = picked.groupby(["dataset", "backbone", "calibrator"])["fit_seconds"].median().unstack("calibrator")
+    table = table.reindex(columns=[n for n in names if n in table.columns])
+    return table.assign(**{"candidates summed": table.drop(columns=[AUTOCAL], errors="ignore").sum(axis=1)})
+
+
+def answer_sentence(table: pd.DataFrame) -> str:
+    """Whether a fixed choice does at least as well as AutoCal: per fixed choice, on how many benchmark-metric cells the
+    interval of AutoCal minus it lies wholly below 0 (AutoCal better) or wholly above 0 (the fixed choice better)."""
+    fixed = table[table["calibrator"] != AUTOCAL]
+    cells = table[["dataset", "backbone", "metric"]].drop_duplicates().shape[0]
+    parts, as_well = [], []
+    for choice, group in fixed.groupby("choice", sort=False):
+        better = int((group["vs_autocal_high"] < 0).sum())
+        worse = int((group["vs_autocal_low"] > 0).sum())
+        parts.append(f"{choice}: AutoCal lower on {better}, higher on {worse} of {len(group)}")
+        if better == 0:
+            as_well.append(choice)
+    verdict = (f"Yes: a fixed choice ({', '.join(as_well)}) does at least as well as AutoCal on every benchmark and metric "
+               "here" if as_well else "No: every fixed choice is beaten by AutoCal on at least one benchmark and metric")
+    return (f"{verdict} (AutoCal minus the fixed choice, paired by run, 95% interval wholly below or above 0, over "
+            f"{cells} benchmark-metric cells; {'; '.join(parts)}).")
+
+
+def _cell(mean: float, low: float, high: float, digits: int) -> str:
+    if not np.isfinite(mean):
+        return ""
+    text = f"{mean:+.{digits}f}"
+    return text + (f" [{low:+.{digits}f}, {high:+.{digits}f}]" if np.isfinite(low) and np.isfinite(high) else "")
+
+
+def _answer_body(table: pd.DataFrame) -> list[list[str]]:
+    body = []
+    for (dataset, backbone, metric), group in table.groupby(["dataset", "backbone", "metric"], sort=True):
+        digits = DIGITS[metric]
+        for r in group.to_dict("records"):
+            body.append([f"{dataset} {backbone}", LABELS[metric], str(r["runs"]), r["best"],
+                         f"{r['choice']}" + ("" if r["choice"].endswith(f"{r['calibrator']}") else
+                                             f": {r['calibrator']}"),
+                         _cell(r["regret"], r["regret_low"], r["regret_high"], digits),
+                         _cell(r["vs_autocal"], r["vs_autocal_low"], r["vs_autocal_high"], digits)])
+    return body
+
+
+def planned_calibrators(study: str | os.PathLike, dataset: str, backbone: str) -> tuple[str, ...]:
+    """The calibrators that the study file ``study`` plans on (dataset, backbone), at any label rate."""
+    from simcalib.experiment.plan import plan_study
+    from simcalib.experiment.study import load_study
+
+    plan = plan_study(load_study(study), data=False)
+    return tuple(dict.fromkeys(name for b in plan.benchmarks if b.kind == "protocol" and b.dataset == dataset
+                               and b.backbone == backbone for name in b.calibrator_names))
+
+
+def read_reference(dataset: str, backbone: str, families_file: str | os.PathLike) -> tuple[str, pd.DataFrame, str | None]:
+    """The family of (dataset, backbone), its headline rows and the family's recommended calibrator: the first
+    family of ``families_file`` whose results hold the benchmark's folder (after its ``classes`` selection), the rows
+    of the calibrators its ``study`` plans where it names one (the headline's calibrators, not a side pass such as
+    Table 4's w sweep in the same folder)."""
+    from simcalib.report.leaderboard import read_families, select_classes
+    from simcalib.report.results import load_study_results
+
+    recommendation_file = Path(families_file).parent / "recommendation.csv"
+    recommendation = pd.read_csv(recommendation_file) if recommendation_file.is_file() else pd.DataFrame(
+        columns=["family", "calibrator"])
+    for family in read_families(families_file):
+        for folder in family.results:
+            path = Path(folder) / f"{dataset}_{backbone}"
+            if not (path / "results.csv").is_file():
+                continue
+            rows = select_classes(load_study_results(path).main_rows(), family.classes)
+            if family.study is not None:  # the calibrators the family's study plans (not its side passes)
+                rows = rows[rows["calibrator"].isin(planned_calibrators(family.study, dataset, backbone))]
+            if rows.empty:
+                continue
+            picked = recommendation.loc[recommendation["family"] == family.name, "calibrator"]
+            return family.name, rows, (str(picked.iloc[0]) if len(picked) else None)
+    raise DataMissingError(f"{dataset} {backbone}: no family of {families_file} holds its headline rows; AutoCal's "
+                           "rows pair with the headline's of the same run (add the benchmark's results folder there)")
+
+
+def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, title: str,
+                         study: str | os.PathLike | None = None, regenerate: str | None = None,
+                         families: str | os.PathLike | None = None) -> Path | None:
+    """``report.md``, ``report.html``, ``summary.md`` and the CSVs ``regret.csv``, ``selection.csv``, ``cost.csv``
+    under ``out`` from the AutoCal rows below ``results``, paired with the headline rows of the families of
+    ``families`` (None: :data:`FAMILIES`); None (nothing written) when there are no AutoCal rows."""
+    families = FAMILIES if families is None else families
+    from simcalib.report.completeness import complete_only
+    from simcalib.report.results import load_study_results
+
+    if not Path(results).is_dir():
+        return None
+    loaded = complete_only(load_study_results(results), study)
+    autocal_rows = loaded.main_rows()
+    autocal_rows = autocal_rows[autocal_rows["calibrator"] == AUTOCAL]
+    if autocal_rows.empty:
+        return None
+    if "selected" not in autocal_rows.columns:
+        raise DataMissingError(f"{results}: AutoCal rows without the column `selected`; they come from an AutoCal "
+                               "that does not record its choice (rerun the study to recompute them)")
+    tables, paired, family_of, left_out, headline_run_counts = [], [], {}, [], {}
+    for (dataset, backbone), own in autocal_rows.groupby(["dataset", "backbone"], sort=True):
+        family, headline, recommended = read_reference(dataset, backbone, families)
+        rows, unpaired = pair_rows(own, headline)
+        family_of[(dataset, backbone)] = family
+        headline_run_counts[(dataset, backbone)] = len(headline[RUN_KEYS].drop_duplicates())
+        if unpaired:
+            left_out.append(f"{dataset} {backbone}: {unpaired} of {len(own)} AutoCal rows")
+        if rows.empty:
+            continue
+        paired.append(rows)
+        tables.append(regret_table(rows, family, recommended))
+    if not tables:
+        raise DataMissingError(f"{results}: no AutoCal row pairs with a headline row of the same run and "
+                               "backbone_digest; the AutoCal study must use the headline's seed and settings")
+    table = pd.concat(tables, ignore_index=True)
+    rows = pd.concat(paired, ignore_index=True)
+    own = rows[rows["calibrator"] == AUTOCAL]
+    selection = selection_counts(own, family_of)
+    cost = cost_table(rows)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "regret.csv", index=False, float_format="%.6g")
+    selection.to_csv(out / "selection.csv")
+    cost.to_csv(out / "cost.csv", float_format="%.6g")
+
+    runs = own.groupby(["dataset", "backbone"]).size()
+    inits = sorted(own["init"].unique())
+    headline_runs = headline_run_counts
+    scope = "; ".join(f"{d} {b}: {n} runs, init(s) {', '.join(map(str, sorted(own.loc[(own.dataset == d) & (own.backbone == b), 'init'].unique())))} of the headline's {headline_runs[(d, b)]}"
+                      for (d, b), n in runs.items())
+    pool = "; ".join(f"{d} {b}: {len(per_run(g, 'ece').columns) - 2}" for (d, b), g in
+                     rows.groupby(["dataset", "backbone"], sort=True))
+    sentence = answer_sentence(table)
+    answer_header = ["Benchmark", "Metric", "Runs", "Best (hindsight)", "Choice", "Regret [95%]",
+                     "AutoCal - choice [95%]"]
+    summary_blocks = [Paragraph(sentence), table_block(answer_header, _answer_body(table), numeric_from=5)]
+    blocks = [Heading(1, title)]
+    if regenerate:
+        blocks.append(Paragraph(f"Rendered from the committed rows by {regenerate} (provenance: `provenance.yaml`)."))
+    if loaded.left_out:
+        summary_blocks.append(Paragraph(loaded.left_out))
+    blocks += [Heading(2, "Answer"), *summary_blocks]
+    blocks += [
+        Paragraph(f"Runs: {scope}. Regret of a choice: its metric minus the best calibrator's on the same run, "
+                  "averaged over the paired runs; the best calibrator is, of the headline study's calibrators other "
+                  f"than UnCal ({pool}), the one with the lowest mean over those same runs (a choice in hindsight: "
+                  "its own regret is 0 and no headline calibrator's mean regret is below 0; AutoCal's can be, as it "
+                  "may pick another candidate on each run). ECE in percent. Intervals: 95%, whole splits resampled "
+                  "(simcalib.report.bootstrap.mean_interval). The last column is AutoCal's metric minus the "
+                  "choice's, paired by run: below 0, AutoCal is better."),
+        Heading(2, "What AutoCal selects"),
+        Paragraph("AutoCal rows per family that selected each candidate (the rows' `selected`):"),
+        table_block(["Family", *selection.columns],
+                    [[f, *(str(int(v)) for v in selection.loc[f])] for f in selection.index], numeric_from=1),
+        Heading(2, "Cost"),
+        Paragraph("Median fit_seconds per run on the paired runs, AutoCal beside its candidates (each candidate's "
+                  "from the headline's rows, fitted once; AutoCal fits every candidate on each of its parts and "
+                  "refits the chosen one). The rows come from different machines and loads "
+                  "(provenance.yaml of each results folder), so the ratio is indicative only."),
+        table_block(["Benchmark", *cost.columns],
+                    [[f"{d} {b}", *(f"{v:.3g}" if np.isfinite(v) else "" for v in cost.loc[(d, b)])]
+                     for d, b in cost.index], numeric_from=1),
+        Heading(2, "What the rows show and what they cannot"),
+        Paragraph("Every AutoCal row is paired with the headline's rows of the same run and backbone_digest (the "
+                  "same trained backbone); AutoCal rows without such a pair are left out"
+                  + (f": {'; '.join(left_out)}." if left_out else "; none here.")
+                  + " The best calibrator is chosen on the test metric of the very runs it is compared on, so "
+                  "the regret is the distance to a fixed choice made after seeing the test labels, which no real "
+                  "choice (AutoCal or a fixed one) can make. "
+                  "With 5 splits the intervals are wide; a fixed choice that \"does as well\" here is not shown to "
+                  "do as well elsewhere, and a benchmark is one graph and one backbone."),
+    ]
+    write_report(blocks, out, title)
+    from simcalib.report.render import to_markdown
+
+    (out / "summary.md").write_text(to_markdown(summary_blocks))
+    return out / "report.md"
+
+
+__all__ = ["AUTOCAL", "FAMILIES", "REGRET_COLUMNS", "answer_sentence", "best_calibrator", "build_autocal_report",
+           "cost_table", "pair_rows", "per_run", "planned_calibrators", "read_reference", "regret_table", "selection_counts"]
