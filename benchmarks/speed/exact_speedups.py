@@ -29,6 +29,8 @@ def main() -> None:
     parser.add_argument("--run", default="0,0,0", help="split,init,fold")
     parser.add_argument("--calibrators", default="GETS")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--attention", choices=("pyg", "csr"),
+                        help="GAT's attention kernel (the studies' backbone.attention; default: the protocol's)")
     parser.add_argument("--no-warm-up", action="store_true",
                         help="no untimed first fit: the first fit with the reuses also builds the graph cache")
     parser.add_argument("--structures", action="store_true",
@@ -47,7 +49,8 @@ def main() -> None:
 
     torch.set_num_threads(1)
     split, init, fold = (int(v) for v in args.run.split(","))
-    run, settings = Run(args.dataset, args.backbone, split, init, fold), ProtocolSettings()
+    overrides = (("attention", args.attention),) if args.attention and args.backbone.upper() == "GAT" else ()
+    run, settings = Run(args.dataset, args.backbone, split, init, fold), ProtocolSettings(backbone_overrides=overrides)
     output = train_run_backbone(run, settings)
 
     def fitted(name: str, reuse: bool):
@@ -59,7 +62,7 @@ def main() -> None:
             graph_cache._enabled, GETS._reuse_products = True, True
         return result.fit_seconds, result.model.predict_proba(result.graph)
 
-    print(f"{args.dataset} {args.backbone} run {args.run}, {args.repeats} repeats, torch threads 1, "
+    print(f"{args.dataset} {args.backbone} run {args.run} (backbone {output.epochs} epochs), {args.repeats} repeats, torch threads 1, "
           f"load average {os.getloadavg()[0]:.1f}")
     for name in args.calibrators.split(","):
         if not args.no_warm_up:
