@@ -71,53 +71,68 @@ def _ephemeral_env(home: Path, **extra: str) -> dict[str, str]:
 STOP_WITHIN = 60  # s from Ctrl-C to exit: measured 15 s at load ~7 on 2 cores (a backbone in training: 20-40 s)
 
 
+class _StudyInFlight:
+    """``simcalib study run`` of a tiny study on two worker processes, started as a terminal starts it (its own
+    process group, SIGINT at its default, no Prefect server configured) and watched until its first
+    calibration's row is written, while backbones of up to 150 epochs (Cora GCN rarely stops before: several
+    seconds each) keep work in flight. ``finished``: the rows at that moment; ``tree``: its processes then."""
+
+    def __init__(self, study_env, tmp_path: Path, name: str):
+        study_file = study_env.write(name, runner={"kind": "processes", "workers": 2}, backbone={"max_epochs": 150})
+        self.out = study_file.parent / "out"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)], cwd=PROJECT_ROOT,
+            env=_ephemeral_env(tmp_path / "home"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        self.tree: list = []
+
+    def rows(self) -> list[str]:  # every finished calibration is a row of its benchmark's results.csv (the ledger)
+        return [line for path in sorted(self.out.glob("*/results.csv")) for line in path.read_text().splitlines()[1:]]
+
+    def wait_for_first_row(self) -> None:
+        deadline = time.monotonic() + 300
+        while not self.rows() and self.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert self.process.poll() is None, "the study ended before it could be stopped"
+        self.tree = process_tree(self.process.pid)
+        self.finished = self.rows()
+
+    def check_rows_kept(self) -> None:
+        after = self.rows()
+        # rows finished by a worker between the snapshot and the signal are kept too; none is lost or rewritten
+        assert after[:len(self.finished)] == self.finished, "a finished row was lost or rewritten"
+        assert len(after) < 3 * len(TINY_CALIBRATORS), "the study had no work left in flight when stopped"
+        assert left_running(self.tree, timeout=20) == []
+
+    def end(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        kill_all(self.tree)  # the server is outside the study's process group
+
+
 def test_ctrl_c_stops_a_study_on_worker_processes_at_once_keeping_its_finished_tasks(study_env, tmp_path):
     """``simcalib study run`` on the processes runner (the default), as a terminal starts it (its own foreground
     process group, SIGINT at its default), no Prefect server configured. Ctrl-C (SIGINT to the whole group) once
     the first calibration is done, while a backbone trains: the study exits with 130 within seconds, the
     backbone in flight cut short (no task finishes after the key), every task finished before the key kept as
     it was, and no process of the study (worker processes, the temporary server) left."""
-    # Backbones of up to 150 epochs (Cora GCN rarely stops before): several seconds each, so a backbone is
-    # in training when the first calibration finishes (2 workers, 3 runs).
-    study_file = study_env.write("ctrl-c-processes", runner={"kind": "processes", "workers": 2},
-                                 backbone={"max_epochs": 150})
-    out = study_file.parent / "out"
-
-    def rows() -> list[str]:  # every finished calibration is a row of its benchmark's results.csv (the ledger)
-        return [line for path in sorted(out.glob("*/results.csv")) for line in path.read_text().splitlines()[1:]]
-
-    process = subprocess.Popen([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)],
-                               cwd=PROJECT_ROOT, env=_ephemeral_env(tmp_path / "home"), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    tree = []
+    study = _StudyInFlight(study_env, tmp_path, "ctrl-c-processes")
     try:
-        deadline = time.monotonic() + 300
-        while not rows() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert process.poll() is None, "the study ended before it could be stopped"
-        tree = process_tree(process.pid)
-        finished = rows()
-        assert any("uvicorn" in " ".join(p.cmdline()) for p in tree), "no temporary server was started"
-        os.killpg(process.pid, signal.SIGINT)
+        study.wait_for_first_row()
+        assert any("uvicorn" in " ".join(p.cmdline()) for p in study.tree), "no temporary server was started"
+        os.killpg(study.process.pid, signal.SIGINT)
         stopped = time.monotonic()
         try:
-            output, _ = process.communicate(timeout=STOP_WITHIN)
+            output, _ = study.process.communicate(timeout=STOP_WITHIN)
         except subprocess.TimeoutExpired:
             pytest.fail(f"the study still runs {STOP_WITHIN} s after Ctrl-C")
-        print(f"exit {process.returncode} {time.monotonic() - stopped:.1f} s after Ctrl-C; rows written before "
-              f"it: {len(finished)}")
-        assert process.returncode == 130, output
+        print(f"exit {study.process.returncode} {time.monotonic() - stopped:.1f} s after Ctrl-C; rows written "
+              f"before it: {len(study.finished)}")
+        assert study.process.returncode == 130, output
         assert "interrupted: every finished row is kept in" in output
-        after = rows()
-        # rows finished by a worker between the snapshot and the key are kept too; none is lost or rewritten
-        assert after[:len(finished)] == finished, "a finished row was lost or rewritten"
-        assert len(after) < 3 * len(TINY_CALIBRATORS), "the study had no work left in flight when stopped"
-        assert left_running(tree, timeout=20) == []
+        study.check_rows_kept()
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        kill_all(tree)  # the server is outside the study's process group
+        study.end()
 
 
 def _worker_processes(pid: int) -> list:
@@ -135,44 +150,23 @@ def test_a_worker_process_ended_by_a_signal_stops_the_study_in_one_line(study_en
     written (a Ctrl-C that reaches a worker before the study's process, a worker killed for memory). SIGINT: the
     stop Ctrl-C gives (exit 130, its one line); SIGKILL: an error of one line naming the worker's end and how to
     resume. Either way no traceback, and every row finished before it kept."""
-    study_file = study_env.write(f"worker-{signum.name}", runner={"kind": "processes", "workers": 2},
-                                 backbone={"max_epochs": 150})
-    out = study_file.parent / "out"
-
-    def rows() -> list[str]:
-        return [line for path in sorted(out.glob("*/results.csv")) for line in path.read_text().splitlines()[1:]]
-
-    process = subprocess.Popen([sys.executable, "-m", "simcalib.cli", "study", "run", str(study_file)],
-                               cwd=PROJECT_ROOT, env=_ephemeral_env(tmp_path / "home"), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    tree = []
+    study = _StudyInFlight(study_env, tmp_path, f"worker-{signum.name}")
     try:
-        deadline = time.monotonic() + 300
-        while not rows() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert process.poll() is None, "the study ended before a worker could be stopped"
-        tree = process_tree(process.pid)
-        finished = rows()
-        workers = _worker_processes(process.pid)
+        study.wait_for_first_row()
+        workers = _worker_processes(study.process.pid)
         assert workers, "no worker process found"
         workers[0].send_signal(signum)  # the worker alone: the study's process gets no signal
         try:
-            output, _ = process.communicate(timeout=STOP_WITHIN)
+            output, _ = study.process.communicate(timeout=STOP_WITHIN)
         except subprocess.TimeoutExpired:
             pytest.fail(f"the study still runs {STOP_WITHIN} s after its worker got {signum.name}")
-        assert process.returncode == status, output
+        assert study.process.returncode == status, output
         assert "Traceback" not in output, output
         (message,) = [text for text in output.splitlines() if text.startswith(line)]  # the command's own line
         assert "run the same command to resume" in message, output
-        after = rows()
-        assert after[:len(finished)] == finished, "a finished row was lost or rewritten"
-        assert len(after) < 3 * len(TINY_CALIBRATORS), "the study had no work left in flight when stopped"
-        assert left_running(tree, timeout=20) == []
+        study.check_rows_kept()
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        kill_all(tree)
+        study.end()
 
 
 _HOLD_ON_EACH_WORKER = textwrap.dedent("""
