@@ -24,6 +24,7 @@ import os
 import shutil
 import warnings
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,22 +228,10 @@ def _missing_message(spec: DatasetSpec, raw_dir: Path, mirror: Path | None, reas
     )
 
 
-def load_dataset(
-    name: str,
-    root: str | os.PathLike | None = None,
-    mirror: str | os.PathLike | None = None,
-    download: bool | None = None,
-) -> GraphData:
-    """Load one of the benchmark graphs (see module docstring for the order of sources), or a graph from another
-    package (:mod:`simcalib.data.external`)."""
-    spec = get_spec(name)
-    if spec.external is not None:
-        return EXTERNAL_GRAPHS[spec.name]
-    root = data_root(root)
-    mirror = mirror_dir(mirror)
-    if download is None:
-        download = os.environ.get(OFFLINE_ENV, "").lower() not in ("1", "true", "yes")
-    raw_dir = root / spec.raw_subdir
+def _staged_and_processed(spec: DatasetSpec, root: Path, raw_dir: Path, mirror: Path | None,
+                          download: bool) -> tuple[str, object]:
+    """The graph's torch_geometric dataset, its raw files staged (mirror or download) and checked first when no
+    processed files exist; returns (where the raw files came from, the dataset)."""
     processed_dir = raw_dir.parent / "processed"
     have_processed = processed_dir.is_dir() and any(processed_dir.glob("data*.pt"))
     have_raw = all((raw_dir / f).is_file() for f in spec.raw_files)
@@ -270,6 +259,49 @@ def load_dataset(
             f"could not process {spec.name} from {raw_dir} ({type(exc).__name__}: {exc}); the raw or processed "
             f"files are corrupt. Delete {raw_dir.parent} and load again."
         ) from None
+    return source, dataset
+
+
+@contextmanager
+def _dataset_lock(folder: Path):
+    """Hold an exclusive lock on ``folder`` (a graph's data folder) while its raw files are staged and processed:
+    two processes loading the same graph into one data root (two commands started at once) would otherwise read
+    each other's half-written files. The second waits, then finds the processed files. Without ``fcntl``
+    (Windows) or where the folder cannot be written (a read-only data root), no lock is taken."""
+    try:
+        import fcntl
+
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / ".simcalib-load.lock", "w")
+    except (ImportError, OSError):
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def load_dataset(
+    name: str,
+    root: str | os.PathLike | None = None,
+    mirror: str | os.PathLike | None = None,
+    download: bool | None = None,
+) -> GraphData:
+    """Load one of the benchmark graphs (see module docstring for the order of sources), or a graph from another
+    package (:mod:`simcalib.data.external`)."""
+    spec = get_spec(name)
+    if spec.external is not None:
+        return EXTERNAL_GRAPHS[spec.name]
+    root = data_root(root)
+    mirror = mirror_dir(mirror)
+    if download is None:
+        download = os.environ.get(OFFLINE_ENV, "").lower() not in ("1", "true", "yes")
+    raw_dir = root / spec.raw_subdir
+    with _dataset_lock(raw_dir.parent):
+        source, dataset = _staged_and_processed(spec, root, raw_dir, mirror, download)
     data = dataset[0]
     x = data.x if data.x.layout == torch.sparse_csr else data.x.to_sparse_csr()
     masks = None
