@@ -36,9 +36,9 @@ import numpy as np
 import pandas as pd
 
 from simcalib.calibrators.autocal import DEFAULT_CANDIDATES
-from simcalib.errors import ConfigError, DataMissingError
+from simcalib.errors import DataMissingError
 from simcalib.report.bootstrap import mean_interval
-from simcalib.report.render import Bullets, Heading, Paragraph, table_block, write_report
+from simcalib.report.render import Heading, Paragraph, table_block, write_report
 
 AUTOCAL = "AutoCal"
 UNCALIBRATED = "UnCal"
@@ -178,41 +178,61 @@ def _answer_body(table: pd.DataFrame) -> list[list[str]]:
     return body
 
 
-def planned_calibrators(study: str | os.PathLike, dataset: str, backbone: str) -> tuple[str, ...]:
-    """The calibrators that the study file ``study`` plans on (dataset, backbone), at any label rate."""
+def planned_calibrators(study: str | os.PathLike) -> dict[tuple[str, str], tuple[str, ...]]:
+    """The calibrators that the study file ``study`` plans on each (dataset, backbone), at any label rate."""
     from simcalib.experiment.plan import plan_study
     from simcalib.experiment.study import load_study
 
-    plan = plan_study(load_study(study), data=False)
-    return tuple(dict.fromkeys(name for b in plan.benchmarks if b.kind == "protocol" and b.dataset == dataset
-                               and b.backbone == backbone for name in b.calibrator_names))
+    planned: dict[tuple[str, str], dict[str, None]] = {}
+    for b in plan_study(load_study(study), data=False).benchmarks:
+        if b.kind == "protocol":
+            planned.setdefault((b.dataset, b.backbone), {}).update(dict.fromkeys(b.calibrator_names))
+    return {key: tuple(names) for key, names in planned.items()}
+
+
+class References:
+    """The headline rows AutoCal's rows pair with, from the families of ``families_file``: the families, their
+    recommendation (``recommendation.csv`` beside the file) and the calibrators each family's ``study`` plans, read
+    once for every benchmark."""
+
+    def __init__(self, families_file: str | os.PathLike):
+        from simcalib.report.leaderboard import read_families
+
+        self.families_file = families_file
+        self.families = read_families(families_file)
+        recommendation_file = Path(families_file).parent / "recommendation.csv"
+        self.recommendation = pd.read_csv(recommendation_file) if recommendation_file.is_file() else pd.DataFrame(
+            columns=["family", "calibrator"])
+        self.planned = {f.study: planned_calibrators(f.study) for f in self.families if f.study is not None}
+
+    def of(self, dataset: str, backbone: str) -> tuple[str, pd.DataFrame, str | None]:
+        """The family of (dataset, backbone), its headline rows and the family's recommended calibrator: the first
+        family whose results hold the benchmark's folder (after its ``classes`` selection), the rows of the
+        calibrators its ``study`` plans where it names one (the headline's calibrators, not a side pass such as
+        Table 4's w sweep in the same folder)."""
+        from simcalib.report.leaderboard import select_classes
+        from simcalib.report.results import load_study_results
+
+        for family in self.families:
+            for folder in family.results:
+                path = Path(folder) / f"{dataset}_{backbone}"
+                if not (path / "results.csv").is_file():
+                    continue
+                rows = select_classes(load_study_results(path).main_rows(), family.classes)
+                if family.study is not None:  # the calibrators the family's study plans (not its side passes)
+                    rows = rows[rows["calibrator"].isin(self.planned[family.study].get((dataset, backbone), ()))]
+                if rows.empty:
+                    continue
+                picked = self.recommendation.loc[self.recommendation["family"] == family.name, "calibrator"]
+                return family.name, rows, (str(picked.iloc[0]) if len(picked) else None)
+        raise DataMissingError(f"{dataset} {backbone}: no family of {self.families_file} holds its headline rows; "
+                               "AutoCal's rows pair with the headline's of the same run (add the benchmark's results "
+                               "folder there)")
 
 
 def read_reference(dataset: str, backbone: str, families_file: str | os.PathLike) -> tuple[str, pd.DataFrame, str | None]:
-    """The family of (dataset, backbone), its headline rows and the family's recommended calibrator: the first
-    family of ``families_file`` whose results hold the benchmark's folder (after its ``classes`` selection), the rows
-    of the calibrators its ``study`` plans where it names one (the headline's calibrators, not a side pass such as
-    Table 4's w sweep in the same folder)."""
-    from simcalib.report.leaderboard import read_families, select_classes
-    from simcalib.report.results import load_study_results
-
-    recommendation_file = Path(families_file).parent / "recommendation.csv"
-    recommendation = pd.read_csv(recommendation_file) if recommendation_file.is_file() else pd.DataFrame(
-        columns=["family", "calibrator"])
-    for family in read_families(families_file):
-        for folder in family.results:
-            path = Path(folder) / f"{dataset}_{backbone}"
-            if not (path / "results.csv").is_file():
-                continue
-            rows = select_classes(load_study_results(path).main_rows(), family.classes)
-            if family.study is not None:  # the calibrators the family's study plans (not its side passes)
-                rows = rows[rows["calibrator"].isin(planned_calibrators(family.study, dataset, backbone))]
-            if rows.empty:
-                continue
-            picked = recommendation.loc[recommendation["family"] == family.name, "calibrator"]
-            return family.name, rows, (str(picked.iloc[0]) if len(picked) else None)
-    raise DataMissingError(f"{dataset} {backbone}: no family of {families_file} holds its headline rows; AutoCal's "
-                           "rows pair with the headline's of the same run (add the benchmark's results folder there)")
+    """:meth:`References.of` for one benchmark."""
+    return References(families_file).of(dataset, backbone)
 
 
 def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, title: str,
@@ -235,9 +255,10 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
     if "selected" not in autocal_rows.columns:
         raise DataMissingError(f"{results}: AutoCal rows without the column `selected`; they come from an AutoCal "
                                "that does not record its choice (rerun the study to recompute them)")
+    references = References(families)
     tables, paired, family_of, left_out, headline_run_counts = [], [], {}, [], {}
     for (dataset, backbone), own in autocal_rows.groupby(["dataset", "backbone"], sort=True):
-        family, headline, recommended = read_reference(dataset, backbone, families)
+        family, headline, recommended = references.of(dataset, backbone)
         rows, unpaired = pair_rows(own, headline)
         family_of[(dataset, backbone)] = family
         headline_run_counts[(dataset, backbone)] = len(headline[RUN_KEYS].drop_duplicates())
@@ -261,11 +282,9 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
     selection.to_csv(out / "selection.csv")
     cost.to_csv(out / "cost.csv", float_format="%.6g")
 
-    runs = own.groupby(["dataset", "backbone"]).size()
-    inits = sorted(own["init"].unique())
-    headline_runs = headline_run_counts
-    scope = "; ".join(f"{d} {b}: {n} runs, init(s) {', '.join(map(str, sorted(own.loc[(own.dataset == d) & (own.backbone == b), 'init'].unique())))} of the headline's {headline_runs[(d, b)]}"
-                      for (d, b), n in runs.items())
+    scope = "; ".join(f"{d} {b}: {len(group)} runs, init(s) {', '.join(map(str, sorted(group['init'].unique())))} of "
+                      f"the headline's {headline_run_counts[(d, b)]}"
+                      for (d, b), group in own.groupby(["dataset", "backbone"]))
     pool = "; ".join(f"{d} {b}: {len(per_run(g, 'ece').columns) - 2}" for (d, b), g in
                      rows.groupby(["dataset", "backbone"], sort=True))
     sentence = answer_sentence(table)
@@ -315,5 +334,5 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
     return out / "report.md"
 
 
-__all__ = ["AUTOCAL", "FAMILIES", "REGRET_COLUMNS", "answer_sentence", "best_calibrator", "build_autocal_report",
+__all__ = ["AUTOCAL", "FAMILIES", "REGRET_COLUMNS", "References", "answer_sentence", "best_calibrator", "build_autocal_report",
            "cost_table", "pair_rows", "per_run", "planned_calibrators", "read_reference", "regret_table", "selection_counts"]
