@@ -20,7 +20,7 @@ far each is::
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -104,7 +104,7 @@ def complete_only(results: StudyResults, study_file: str | os.PathLike | None) -
     predictions = results.predictions
     if len(predictions):
         predictions = predictions[~completeness.left_out(predictions)].reset_index(drop=True)
-    return StudyResults(results.root, rows, predictions, list(results.notes), completeness.line())
+    return replace(results, rows=rows, predictions=predictions, notes=list(results.notes), left_out=completeness.line())
 
 
 __all__ = ["LEFT_OUT", "Completeness", "benchmark_label", "complete_only", "progress", "study_completeness"]

@@ -17,7 +17,7 @@ import contextvars
 import os
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -90,7 +90,7 @@ def select_splits(study: StudyResults, splits: Sequence[int] | None) -> StudyRes
     keep = lambda frame: frame[pd.to_numeric(frame["split"], errors="coerce").isin(wanted)].reset_index(drop=True)  # noqa: E731
     predictions = keep(study.predictions) if len(study.predictions) else study.predictions
     note = f"Only the runs of split(s) {', '.join(map(str, wanted))} are included (a subset of the protocol's 5 splits)."
-    return StudyResults(study.root, keep(study.rows), predictions, [*study.notes, note], study.left_out)
+    return replace(study, rows=keep(study.rows), predictions=predictions, notes=[*study.notes, note])
 
 
 def find_results_files(root: Path) -> list[Path]:
