@@ -4,24 +4,23 @@ switch ``_reuse_first_layer`` off), per run and batched, and the reuse is real (
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
-from simcalib.backbones import BackboneConfig, train_backbone
-from simcalib.backbones.batched import train_backbones_batched
-from simcalib.backbones.first_layer import SharedFirstLayer, keep_first_layers
-from simcalib.backbones.models import GCN
-from simcalib.backbones.training import graph_inputs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "calibrators"))
+from graph_fixtures import single_thread  # noqa: E402
 
+from simcalib.backbones import BackboneConfig, train_backbone  # noqa: E402
+from simcalib.backbones.batched import train_backbones_batched  # noqa: E402
+from simcalib.backbones.first_layer import SharedFirstLayer, keep_first_layers  # noqa: E402
+from simcalib.backbones.models import GCN  # noqa: E402
+from simcalib.backbones.training import graph_inputs  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures(single_thread.__name__)
 SEEDS = [11, 12, 13]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _folds(graph, count: int):
