@@ -204,24 +204,22 @@ def run_every(args: argparse.Namespace) -> int:
             written = render_kind_entry(entry, command)
             print(f"report: {written}" if written else f"report: {entry['out']} skipped (no {entry['kind']} rows below "
                   f"{entry['results']} yet)", flush=True)
-            summary = Path(entry["out"]) / "summary.md"
-            for target in _as_list(entry.get("summary_in")) if written and summary.is_file() else []:
-                embed_summary(target, entry["out"], summary.read_text())
-                print(f"summary: {target}", flush=True)
-            continue
-        outputs = build_report(entry["results"], entry["out"], args.paper_dir, entry["title"], args.theory_reps,
-                               args.seed, splits=entry.get("splits"), keep_figures=True, regenerate=command,
-                               data_efficiency=entry.get("data_efficiency"),
-                               pinned_figures=entry.get("pinned_figures") or (),
-                               compare_paper=entry.get("paper", True),
-                               figure_calibrators=entry.get("figure_calibrators"),
-                               theory_check=entry.get("theory", True),
-                               figure_data=entry.get("figure_data"),
-                               figure_recommendation=entry.get("figure_recommendation"),
-                               study_file=entry.get("study"))
-        print(f"report: {outputs.report_md}", flush=True)
-        for target in _as_list(entry.get("summary_in")):
-            embed_summary(target, entry["out"], outputs.summary_md.read_text())
+            summary_md = Path(entry["out"]) / "summary.md" if written else None
+        else:
+            outputs = build_report(entry["results"], entry["out"], args.paper_dir, entry["title"], args.theory_reps,
+                                   args.seed, splits=entry.get("splits"), keep_figures=True, regenerate=command,
+                                   data_efficiency=entry.get("data_efficiency"),
+                                   pinned_figures=entry.get("pinned_figures") or (),
+                                   compare_paper=entry.get("paper", True),
+                                   figure_calibrators=entry.get("figure_calibrators"),
+                                   theory_check=entry.get("theory", True),
+                                   figure_data=entry.get("figure_data"),
+                                   figure_recommendation=entry.get("figure_recommendation"),
+                                   study_file=entry.get("study"))
+            print(f"report: {outputs.report_md}", flush=True)
+            summary_md = outputs.summary_md
+        for target in _as_list(entry.get("summary_in")) if summary_md is not None and summary_md.is_file() else []:
+            embed_summary(target, entry["out"], summary_md.read_text())
             print(f"summary: {target}", flush=True)
     return 0
 
