@@ -133,7 +133,7 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
     that file's path); ``figure_data`` names the results folder(s) those two figures are drawn from (default:
     ``results``), e.g. the figure pass reports/figures/results, whose rows carry every calibrator's
     ``figure_bins``; ``theory: false`` leaves the Theorem 1 check out (default: in); ``study`` names the study
-    file whose results ``results`` holds: the report shows its complete benchmarks only and names the others
+    file whose results ``results`` holds (or a list of the study files writing into it): the report shows its complete benchmarks only and names the others
     under its summary (:mod:`simcalib.report.completeness`)."""
     import yaml
 
@@ -170,11 +170,14 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
             if BEGIN.format(out=entry["out"]) not in Path(target).read_text():
                 raise ConfigError(f"{path}: entry {index}: {target} has no summary block for {entry['out']}; put "
                                   f"the two lines {BEGIN.format(out=entry['out'])!r} and {END!r} where it goes")
+        studies = entry.get("study")
+        for study in [] if studies is None else studies if isinstance(studies, list) else [studies]:
+            if not Path(str(study)).is_file():
+                raise DataMissingError(f"{path}: entry {index}: study file {study!r} does not exist; `study` names "
+                                       "the study file (or a list of them) whose results the entry reads (e.g. "
+                                       "study/offline.yaml)")
         if entry.get("kind") is not None:
             continue  # rendered from its rows when there are any (render_kind_entry)
-        if entry.get("study") is not None and not Path(str(entry["study"])).is_file():
-            raise DataMissingError(f"{path}: entry {index}: study file {entry['study']!r} does not exist; `study` "
-                                   "names the study file whose results the entry reads (e.g. study/offline.yaml)")
         if not isinstance(entry.get("theory", True), bool):
             raise ConfigError(f"{path}: entry {index}: theory must be true or false, got {entry['theory']!r}")
         for key in ("results", "data_efficiency", "figure_data"):

@@ -3,7 +3,8 @@ r"""The AutoCal report (``reports/autocal/``): what choosing a calibrator per ru
 
 A benchmark here is (dataset, backbone) with AutoCal rows below the report's results folder. Each AutoCal row is
 paired with the headline's rows of the same run: the rows of the same (split, init, fold) in the benchmark's
-folder of a family's results (``reports/leaderboard.yaml``: the headline and heterophily studies) **and** the same
+folder of a family's results (``reports/leaderboard.yaml``: the headline and heterophily studies), or of the same
+calibrators in AutoCal's own results folder (:func:`with_local_references`), **and** the same
 ``backbone_digest``, so both calibrated the same trained backbone. An AutoCal row without such a pair (no headline
 row of that run, or one on another backbone) is left out and counted in the report, not refused: the other runs
 still pair, and the count says how many did not.
@@ -235,6 +236,19 @@ def read_reference(dataset: str, backbone: str, families_file: str | os.PathLike
     return References(families_file).of(dataset, backbone)
 
 
+def with_local_references(headline: pd.DataFrame, rows: pd.DataFrame, dataset: str, backbone: str) -> pd.DataFrame:
+    """The headline rows of (dataset, backbone) and the rows of the same calibrators in AutoCal's own results
+    (``rows``), the headline's first where both hold a calibrator's row of the same run and backbone: a study that
+    fits the headline's calibrators beside AutoCal on its own backbones (trained on another CPU model, whose last
+    bits differ) pairs with those."""
+    local = rows[(rows["dataset"] == dataset) & (rows["backbone"] == backbone)
+                 & rows["calibrator"].isin(headline["calibrator"].unique())]
+    if local.empty:
+        return headline
+    both = pd.concat([headline, local], ignore_index=True)
+    return both.drop_duplicates([*RUN_KEYS, "backbone_digest", "calibrator"], keep="first").reset_index(drop=True)
+
+
 def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, title: str,
                          study: str | os.PathLike | None = None, regenerate: str | None = None,
                          families: str | os.PathLike | None = None) -> Path | None:
@@ -248,8 +262,8 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
     if not Path(results).is_dir():
         return None
     loaded = complete_only(load_study_results(results), study)
-    autocal_rows = loaded.main_rows()
-    autocal_rows = autocal_rows[autocal_rows["calibrator"] == AUTOCAL]
+    all_rows = loaded.main_rows()
+    autocal_rows = all_rows[all_rows["calibrator"] == AUTOCAL]
     if autocal_rows.empty:
         return None
     if "selected" not in autocal_rows.columns:
@@ -259,6 +273,7 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
     tables, paired, family_of, left_out, headline_run_counts = [], [], {}, [], {}
     for (dataset, backbone), own in autocal_rows.groupby(["dataset", "backbone"], sort=True):
         family, headline, recommended = references.of(dataset, backbone)
+        headline = with_local_references(headline, all_rows, dataset, backbone)
         rows, unpaired = pair_rows(own, headline)
         family_of[(dataset, backbone)] = family
         headline_run_counts[(dataset, backbone)] = len(headline[RUN_KEYS].drop_duplicates())
@@ -319,7 +334,9 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
                      for d, b in cost.index], numeric_from=1),
         Heading(2, "What the rows show and what they cannot"),
         Paragraph("Every AutoCal row is paired with the headline's rows of the same run and backbone_digest (the "
-                  "same trained backbone); AutoCal rows without such a pair are left out"
+                  "same trained backbone), or, where the headline's backbones were trained on another CPU model, "
+                  "with the rows of the headline's calibrators fitted beside AutoCal on its own backbones (the same "
+                  "results folder); AutoCal rows without such a pair are left out"
                   + (f": {'; '.join(left_out)}." if left_out else "; none here.")
                   + " The best calibrator is chosen on the test metric of the very runs it is compared on, so "
                   "the regret is the distance to a fixed choice made after seeing the test labels, which no real "
@@ -335,4 +352,5 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
 
 
 __all__ = ["AUTOCAL", "FAMILIES", "REGRET_COLUMNS", "References", "answer_sentence", "best_calibrator", "build_autocal_report",
-           "cost_table", "pair_rows", "per_run", "planned_calibrators", "read_reference", "regret_table", "selection_counts"]
+           "cost_table", "pair_rows", "per_run", "planned_calibrators", "read_reference", "regret_table", "selection_counts",
+           "with_local_references"]

@@ -20,6 +20,7 @@ far each is::
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -94,17 +95,22 @@ def study_completeness(study_file: str | os.PathLike, rows: pd.DataFrame) -> Com
     return Completeness(str(study_file), tuple(ledger_of(b, rows) for b in plan.benchmarks if b.kind == "protocol"))
 
 
-def complete_only(results: StudyResults, study_file: str | os.PathLike | None) -> StudyResults:
-    """``results`` without the rows and saved predictions of the incomplete benchmarks of ``study_file``, its
-    ``left_out`` line naming them (:meth:`Completeness.line`); ``study_file`` None: ``results`` as they are."""
+def complete_only(results: StudyResults,
+                  study_file: str | os.PathLike | Sequence[str | os.PathLike] | None) -> StudyResults:
+    """``results`` without the rows and saved predictions of the incomplete benchmarks of ``study_file`` (one study
+    file, or several whose benchmarks share the results folder), its ``left_out`` line naming them
+    (:meth:`Completeness.line`, one per study); ``study_file`` None: ``results`` as they are."""
     if study_file is None:
         return results
-    completeness = study_completeness(study_file, results.rows)
-    rows = results.rows[~completeness.left_out(results.rows)].reset_index(drop=True)
-    predictions = results.predictions
-    if len(predictions):
-        predictions = predictions[~completeness.left_out(predictions)].reset_index(drop=True)
-    return replace(results, rows=rows, predictions=predictions, notes=list(results.notes), left_out=completeness.line())
+    files = [study_file] if isinstance(study_file, (str, os.PathLike)) else list(study_file)
+    rows, predictions, lines = results.rows, results.predictions, []
+    for file in files:
+        completeness = study_completeness(file, rows)
+        rows = rows[~completeness.left_out(rows)].reset_index(drop=True)
+        if len(predictions):
+            predictions = predictions[~completeness.left_out(predictions)].reset_index(drop=True)
+        lines += [completeness.line()] if completeness.line() else []
+    return replace(results, rows=rows, predictions=predictions, notes=list(results.notes), left_out="; ".join(lines))
 
 
 __all__ = ["LEFT_OUT", "Completeness", "benchmark_label", "complete_only", "progress", "study_completeness"]

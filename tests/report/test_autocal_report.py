@@ -18,6 +18,7 @@ from simcalib.report.autocal import (
     per_run,
     regret_table,
     selection_counts,
+    with_local_references,
 )
 from simcalib.store.results_store import append_rows
 
@@ -76,6 +77,25 @@ def test_an_autocal_row_on_another_backbone_or_without_a_headline_row_is_left_ou
     assert unpaired == 2
     assert len(rows[["split", "init", "fold"]].drop_duplicates()) == 13
     assert (rows.groupby("calibrator").size() == 13).all()
+
+
+def test_autocal_rows_on_their_own_backbones_pair_with_the_headline_calibrators_fitted_beside_them():
+    # the headline's backbones trained elsewhere (other digests); the same calibrators fitted beside AutoCal on the
+    # AutoCal study's backbones, in its own folder, with a calibrator the headline does not plan
+    elsewhere = pd.DataFrame(_headline()).assign(backbone_digest=lambda f: "x" + f["backbone_digest"])
+    local = pd.DataFrame([*_headline(), *_autocal()])
+    local = pd.concat([local, local[local["calibrator"] == "TS"].assign(calibrator="NotPlanned")])
+    assert pair_rows(pd.DataFrame(_autocal()), elsewhere)[1] == 15  # no pair without the local rows
+    headline = with_local_references(elsewhere, local, "Cora", "GCN")
+    assert "AutoCal" not in set(headline["calibrator"]) and "NotPlanned" not in set(headline["calibrator"])
+    rows, unpaired = pair_rows(pd.DataFrame(_autocal()), headline)
+    assert unpaired == 0 and (rows.groupby("calibrator").size() == 15).all()
+    ece = regret_table(rows, "heterophilous", "GATS").query("metric == 'ece'").set_index("choice")
+    assert ece.loc["AutoCal", "regret"] == pytest.approx(0.0, abs=1e-12)
+    assert ece.loc["always TS", "regret"] == pytest.approx(1.0)
+    # a run both hold on the same backbone counts once, the headline's row first
+    same = with_local_references(pd.DataFrame(_headline()), local.assign(ece=99.0), "Cora", "GCN")
+    assert len(same) == len(_headline()) and (same["ece"] < 99).all()
 
 
 def test_the_pairing_refuses_rows_without_backbone_digest():

@@ -16,7 +16,7 @@ from simcalib.experiment.plan import plan_study
 from simcalib.experiment.study import load_study
 from simcalib.report import build_report
 from simcalib.report.build import build_tables, load_inputs
-from simcalib.report.completeness import study_completeness
+from simcalib.report.completeness import complete_only, study_completeness
 from simcalib.report.leaderboard import Family, build_leaderboard, leaderboard_markdown, read_families
 from simcalib.report.results import load_study_results
 from simcalib.store.integrity import CALIBRATOR_DIGEST_COLUMN
@@ -80,6 +80,20 @@ def test_the_line_names_each_incomplete_benchmark_and_how_far_it_is(partial_stud
     assert [ledger.plan.name for ledger in completeness.incomplete] == ["Pubmed-GCN", "Pubmed-GAT"]
     assert completeness.line() == LINE.format(study=partial_study)
     assert set(rows[completeness.left_out(rows)]["dataset"]) == {"Pubmed"}
+
+
+def test_several_study_files_over_one_folder_each_leave_out_their_incomplete_benchmarks(partial_study):
+    other = partial_study.parent / "other.yaml"  # a second study writing into the same results folder
+    spec = yaml.safe_load(partial_study.read_text())
+    other.write_text(yaml.safe_dump({**spec, "name": "other", "benchmarks": {"datasets": ["Citeseer"],
+                                                                             "backbones": ["GCN"]}}))
+    write_planned(partial_study, "Cora", "GCN")  # rows the second study does not plan stay in
+    results = load_study_results(partial_study.parent / "results")
+    kept = complete_only(results, [partial_study, other])
+    assert set(kept.rows["dataset"]) == {"Cora"}
+    assert kept.left_out == "; ".join([LINE.format(study=partial_study), "Citeseer GCN: not started; left out until "
+                                       f"complete ({other}: every planned run with a row of each planned calibrator)"])
+    assert complete_only(results, partial_study).left_out == LINE.format(study=partial_study)
 
 
 def test_a_partial_benchmark_is_left_out_of_the_tables_and_tests_and_named_under_the_summary(partial_study, tmp_path,
