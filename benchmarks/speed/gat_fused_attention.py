@@ -35,7 +35,6 @@ import warnings
 
 import torch
 from torch import Tensor
-
 from utils import cpu_model  # same folder: run as a script
 
 CPP_SOURCE = r"""
@@ -381,7 +380,7 @@ def check() -> None:
         sd = torch.randn(n, heads, dtype=torch.float64, generator=g, requires_grad=True)
         mask = torch.empty(graph.num_edges, heads, dtype=torch.float64).bernoulli_(0.5, generator=g).div_(0.5)
         for label, m in (("no mask", None), ("dropout mask", mask)):
-            ok = torch.autograd.gradcheck(lambda a, b, d: _FusedAttention.apply(a, b, d, graph, 0.2, m),
+            ok = torch.autograd.gradcheck(lambda a, b, d, m=m: _FusedAttention.apply(a, b, d, graph, 0.2, m),
                                           (x, ss, sd))
             multiplier = None if m is None else m.index_select(0, graph.edge_of_entry).t().contiguous()
             ref = _AttentionAggregation.apply(x, ss, sd, graph, 0.2, multiplier)
@@ -494,11 +493,48 @@ def time_epochs(datasets: list[str], repeats: int, kernels: tuple[str, ...]) -> 
         sys.stdout.flush()
 
 
+def attention_variants(graph, heads: int, c: int) -> dict:
+    """The three attention variants of :func:`kernels` on random inputs of the first layer's shape, each a function
+    of ``backward`` (also run the backward pass)."""
+    from simcalib.backbones.gat_attention import _AttentionAggregation
+
+    n, e = graph.num_nodes, graph.num_edges
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, heads, c, generator=g, requires_grad=True)
+    ss = torch.randn(n, heads, generator=g, requires_grad=True)
+    sd = torch.randn(n, heads, generator=g, requires_grad=True)
+    mask = torch.empty(e, heads).bernoulli_(0.5, generator=g).div_(0.5)
+    grad = torch.randn(n, heads, c, generator=g)
+    heads_x = [x[:, h : h + 1].detach().contiguous().requires_grad_() for h in range(heads)]
+    heads_ss = [ss[:, h : h + 1].detach().contiguous().requires_grad_() for h in range(heads)]
+    heads_sd = [sd[:, h : h + 1].detach().contiguous().requires_grad_() for h in range(heads)]
+    heads_mask = [mask[:, h : h + 1].contiguous() for h in range(heads)]
+
+    def csr(backward):
+        multiplier = mask.index_select(0, graph.edge_of_entry).t().contiguous()
+        out = _AttentionAggregation.apply(x, ss, sd, graph, 0.2, multiplier)
+        if backward:
+            out.backward(grad)
+
+    def fused(backward):
+        out = _FusedAttention.apply(x, ss, sd, graph, 0.2, mask)
+        if backward:
+            out.backward(grad)
+
+    def fused_per_head(backward):
+        for h in range(heads):
+            out = _FusedAttention.apply(heads_x[h], heads_ss[h], heads_sd[h], graph, 0.2, heads_mask[h])
+            if backward:
+                out.backward(grad[:, h : h + 1])
+
+    return {"csr": csr, "fused": fused, "fused one head at a time": fused_per_head}
+
+
 def kernels(datasets: list[str], repeats: int) -> None:
     """CPU ms of the attention step alone at the first layer's shape (8 heads x 8, random inputs, a dropout
     mask): the csr kernel (mask permuted to CSR order outside, as GraphAttention does), the fused kernel over
     all heads, and the fused kernel run one head at a time on that head's contiguous [N, 8] slice."""
-    from simcalib.backbones.gat_attention import AttentionGraph, _AttentionAggregation
+    from simcalib.backbones.gat_attention import AttentionGraph
     from simcalib.backbones.models import GAT
     from simcalib.data import load_dataset
 
@@ -511,35 +547,7 @@ def kernels(datasets: list[str], repeats: int) -> None:
         graph = GAT.prepare_graph(data.edge_index, data.num_nodes, attention="csr")
         assert isinstance(graph, AttentionGraph)
         n, e, heads, c = graph.num_nodes, graph.num_edges, 8, 8
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(n, heads, c, generator=g, requires_grad=True)
-        ss = torch.randn(n, heads, generator=g, requires_grad=True)
-        sd = torch.randn(n, heads, generator=g, requires_grad=True)
-        mask = torch.empty(e, heads).bernoulli_(0.5, generator=g).div_(0.5)
-        grad = torch.randn(n, heads, c, generator=g)
-        heads_x = [x[:, h : h + 1].detach().contiguous().requires_grad_() for h in range(heads)]
-        heads_ss = [ss[:, h : h + 1].detach().contiguous().requires_grad_() for h in range(heads)]
-        heads_sd = [sd[:, h : h + 1].detach().contiguous().requires_grad_() for h in range(heads)]
-        heads_mask = [mask[:, h : h + 1].contiguous() for h in range(heads)]
-
-        def csr(backward):
-            multiplier = mask.index_select(0, graph.edge_of_entry).t().contiguous()
-            out = _AttentionAggregation.apply(x, ss, sd, graph, 0.2, multiplier)
-            if backward:
-                out.backward(grad)
-
-        def fused(backward):
-            out = _FusedAttention.apply(x, ss, sd, graph, 0.2, mask)
-            if backward:
-                out.backward(grad)
-
-        def fused_per_head(backward):
-            for h in range(heads):
-                out = _FusedAttention.apply(heads_x[h], heads_ss[h], heads_sd[h], graph, 0.2, heads_mask[h])
-                if backward:
-                    out.backward(grad[:, h : h + 1])
-
-        variants = {"csr": csr, "fused": fused, "fused one head at a time": fused_per_head}
+        variants = attention_variants(graph, heads, c)
         times = {(name, b): [] for name in variants for b in (False, True)}
         for rep in range(repeats + 1):
             for name in (variants if rep % 2 == 0 else list(variants)[::-1]):
