@@ -142,8 +142,13 @@ def cost_table(rows: pd.DataFrame, candidates: Sequence[str] = DEFAULT_CANDIDATE
 
 
 def answer_sentence(table: pd.DataFrame) -> str:
-    """Whether a fixed choice does at least as well as AutoCal: per fixed choice, on how many benchmark-metric cells the
-    interval of AutoCal minus it lies wholly below 0 (AutoCal better) or wholly above 0 (the fixed choice better)."""
+    """Whether a fixed choice does at least as well as AutoCal, one sentence per family of graphs: per fixed choice, on
+    how many of the family's benchmark-metric cells the interval of AutoCal minus it lies wholly below 0 (AutoCal
+    better) or wholly above 0 (the fixed choice better)."""
+    return " ".join(_family_answer(family, part) for family, part in table.groupby("family", sort=False))
+
+
+def _family_answer(family: str, table: pd.DataFrame) -> str:
     fixed = table[table["calibrator"] != AUTOCAL]
     cells = table[["dataset", "backbone", "metric"]].drop_duplicates().shape[0]
     parts, as_well = [], []
@@ -153,10 +158,10 @@ def answer_sentence(table: pd.DataFrame) -> str:
         parts.append(f"{choice}: AutoCal lower on {better}, higher on {worse} of {len(group)}")
         if better == 0:
             as_well.append(choice)
-    verdict = (f"Yes: a fixed choice ({', '.join(as_well)}) does at least as well as AutoCal on every benchmark and metric "
-               "here" if as_well else "No: every fixed choice is beaten by AutoCal on at least one benchmark and metric")
-    return (f"{verdict} (AutoCal minus the fixed choice, paired by run, 95% interval wholly below or above 0, over "
-            f"{cells} benchmark-metric cells; {'; '.join(parts)}).")
+    verdict = (f"yes, a fixed choice ({', '.join(as_well)}) does at least as well as AutoCal on every benchmark and "
+               "metric" if as_well else "no, every fixed choice is beaten by AutoCal on at least one benchmark and metric")
+    return (f"On the {family} benchmarks: {verdict} (AutoCal minus the fixed choice, paired by run, 95% interval wholly "
+            f"below or above 0, over {cells} benchmark-metric cells; {'; '.join(parts)}).")
 
 
 def _cell(mean: float, low: float, high: float, digits: int) -> str:

@@ -118,11 +118,18 @@ def test_selection_counts_per_family():
 def test_the_answer_sentence_says_a_fixed_choice_does_as_well_only_when_autocal_never_beats_it():
     rows, _ = pair_rows(pd.DataFrame(_autocal(equal_to="GATS")), pd.DataFrame(_headline()))
     table = regret_table(rows, "homophilous", "GATS")
-    assert answer_sentence(table).startswith("Yes: a fixed choice (always GATS, recommended (homophilous))")
+    assert answer_sentence(table).startswith("On the homophilous benchmarks: yes, a fixed choice (always GATS, "
+                                             "recommended (homophilous))")
     rows, _ = pair_rows(pd.DataFrame(_autocal(equal_to="Best")), pd.DataFrame(_headline()))
     sentence = answer_sentence(regret_table(rows, "homophilous", "GATS"))
-    assert sentence.startswith("No: every fixed choice is beaten")
+    assert sentence.startswith("On the homophilous benchmarks: no, every fixed choice is beaten")
     assert "always TS: AutoCal lower on 2, higher on 0 of 2" in sentence
+    # one verdict per family: a fixed choice that does as well on one family says nothing of another
+    rows, _ = pair_rows(pd.DataFrame(_autocal("Texas", equal_to="Best")), pd.DataFrame(_headline("Texas")))
+    both = answer_sentence(pd.concat([table, regret_table(rows, "heterophilous", "GATS")], ignore_index=True))
+    homophilous, heterophilous = both.split(" On the heterophilous benchmarks: ")
+    assert homophilous.startswith("On the homophilous benchmarks: yes,") and "over 2 benchmark-metric cells" in homophilous
+    assert heterophilous.startswith("no, every fixed choice is beaten")
 
 
 def test_make_report_renders_the_autocal_entry_from_its_rows(tmp_path, capsys, monkeypatch):
@@ -141,10 +148,10 @@ def test_make_report_renders_the_autocal_entry_from_its_rows(tmp_path, capsys, m
     assert main(["report", "--every", "reports.yaml"]) == 0
     assert "report: out/report.md" in capsys.readouterr().out
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "Yes: a fixed choice (always GATS, recommended (homophilous))" in report
+    assert "On the homophilous benchmarks: yes, a fixed choice (always GATS, recommended (homophilous))" in report
     assert "Cora GCN: 15 runs, init(s) 0 of the headline's 15" in report
     assert "| homophilous | 0 | 0 | 0 | 0 | 15 | 0 |" in report
-    assert "Yes: a fixed choice" in (tmp_path / "README.md").read_text()
+    assert "yes, a fixed choice" in (tmp_path / "README.md").read_text()
     regret = pd.read_csv(tmp_path / "out" / "regret.csv")
     assert regret.loc[(regret["choice"] == "always GATS") & (regret["metric"] == "ece"), "regret"].iloc[0] == \
         pytest.approx(0.5)
