@@ -182,25 +182,19 @@ def test_a_generated_split_is_drawn_from_the_study_seed_dataset_split_index_and_
 
 
 def test_a_label_rate_over_its_folds_and_the_per_fold_rate_draw_the_same_generated_split():
-    from simcalib.experiment.splits import canonical_fold_rate
+    from simcalib.experiment.splits import canonical_fold_rate, split_seed
 
     # a study file's 15% (0.15 / 3 = 0.049999999999999996) and the benchmark command's 5% per fold
     assert 0.15 / 3 != 0.05 and canonical_fold_rate(0.15 / 3) == 0.05
     whole = get_split("Cora", LABELS, 2, 10, None, fold_rate=0.15 / 3, generated_splits=True)
     per_fold = get_split("Cora", LABELS, 2, 10, None, fold_rate=0.05, generated_splits=True)
-    assert whole.source == per_fold.source == f"generated(seed={split_seed_of(0.05)})"
+    assert whole.source == per_fold.source == f"generated(seed={split_seed(10, 'Cora', 2, 0.05, 3)})"
     assert all(np.array_equal(a, b) for a, b in zip(whole.folds, per_fold.folds))
     assert np.array_equal(whole.test, per_fold.test)
     # the sweep's rates keep their digits (their committed rows were drawn from them); only float noise is removed
     for rate in (0.01, 0.03, 0.06, 0.09, 0.12):
         assert repr(canonical_fold_rate(rate / 3)) == repr(rate / 3)
     assert canonical_fold_rate(0.0500001) == 0.0500001
-
-
-def split_seed_of(fold_rate: float) -> int:
-    from simcalib.experiment.splits import split_seed
-
-    return split_seed(10, "Cora", 2, fold_rate, 3)
 
 
 def test_every_fold_can_be_the_calibration_fold_and_no_other():

@@ -133,10 +133,11 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
     that file's path); ``figure_data`` names the results folder(s) those two figures are drawn from (default:
     ``results``), e.g. the figure pass reports/figures/results, whose rows carry every calibrator's
     ``figure_bins``; ``theory: false`` leaves the Theorem 1 check out (default: in); ``study`` names the study
-    file whose results ``results`` holds (or a list of the study files writing into it): the report shows its complete benchmarks only and names the others
-    under its summary (:mod:`simcalib.report.completeness`)."""
+    file whose results ``results`` holds (or a list of the study files writing into it): the report shows its
+    complete benchmarks only and names the others under its summary (:mod:`simcalib.report.completeness`)."""
     import yaml
 
+    from simcalib.report.completeness import study_files
     from simcalib.report.summary import BEGIN, END
 
     path = Path(path)
@@ -170,8 +171,7 @@ def read_manifest(path: str | os.PathLike) -> list[dict]:
             if BEGIN.format(out=entry["out"]) not in Path(target).read_text():
                 raise ConfigError(f"{path}: entry {index}: {target} has no summary block for {entry['out']}; put "
                                   f"the two lines {BEGIN.format(out=entry['out'])!r} and {END!r} where it goes")
-        studies = entry.get("study")
-        for study in [] if studies is None else studies if isinstance(studies, list) else [studies]:
+        for study in study_files(entry.get("study")):
             if not Path(str(study)).is_file():
                 raise DataMissingError(f"{path}: entry {index}: study file {study!r} does not exist; `study` names "
                                        "the study file (or a list of them) whose results the entry reads (e.g. "

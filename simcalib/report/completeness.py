@@ -95,6 +95,13 @@ def study_completeness(study_file: str | os.PathLike, rows: pd.DataFrame) -> Com
     return Completeness(str(study_file), tuple(ledger_of(b, rows) for b in plan.benchmarks if b.kind == "protocol"))
 
 
+def study_files(study: str | os.PathLike | Sequence[str | os.PathLike] | None) -> list[str | os.PathLike]:
+    """The study files a report's ``study`` names: none, one, or a list of those writing into one results folder."""
+    if study is None:
+        return []
+    return [study] if isinstance(study, (str, os.PathLike)) else list(study)
+
+
 def complete_only(results: StudyResults,
                   study_file: str | os.PathLike | Sequence[str | os.PathLike] | None) -> StudyResults:
     """``results`` without the rows and saved predictions of the incomplete benchmarks of ``study_file`` (one study
@@ -102,15 +109,14 @@ def complete_only(results: StudyResults,
     (:meth:`Completeness.line`, one per study); ``study_file`` None: ``results`` as they are."""
     if study_file is None:
         return results
-    files = [study_file] if isinstance(study_file, (str, os.PathLike)) else list(study_file)
     rows, predictions, lines = results.rows, results.predictions, []
-    for file in files:
+    for file in study_files(study_file):
         completeness = study_completeness(file, rows)
         rows = rows[~completeness.left_out(rows)].reset_index(drop=True)
         if len(predictions):
             predictions = predictions[~completeness.left_out(predictions)].reset_index(drop=True)
-        lines += [completeness.line()] if completeness.line() else []
-    return replace(results, rows=rows, predictions=predictions, notes=list(results.notes), left_out="; ".join(lines))
+        lines.append(completeness.line())
+    return replace(results, rows=rows, predictions=predictions, notes=list(results.notes), left_out="; ".join(line for line in lines if line))
 
 
-__all__ = ["LEFT_OUT", "Completeness", "benchmark_label", "complete_only", "progress", "study_completeness"]
+__all__ = ["LEFT_OUT", "Completeness", "benchmark_label", "complete_only", "progress", "study_completeness", "study_files"]
