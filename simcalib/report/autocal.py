@@ -144,22 +144,32 @@ def cost_table(rows: pd.DataFrame, candidates: Sequence[str] = DEFAULT_CANDIDATE
 def answer_sentence(table: pd.DataFrame) -> str:
     """Whether a fixed choice does at least as well as AutoCal, one sentence per family of graphs: per fixed choice, on
     how many of the family's benchmark-metric cells the interval of AutoCal minus it lies wholly below 0 (AutoCal
-    better) or wholly above 0 (the fixed choice better)."""
+    better) or wholly above 0 (the fixed choice better). When AutoCal beats every fixed choice somewhere, the sentence
+    also names the fixed choices that beat AutoCal somewhere."""
     return " ".join(_family_answer(family, part) for family, part in table.groupby("family", sort=False))
 
 
 def _family_answer(family: str, table: pd.DataFrame) -> str:
     fixed = table[table["calibrator"] != AUTOCAL]
     cells = table[["dataset", "backbone", "metric"]].drop_duplicates().shape[0]
-    parts, as_well = [], []
+    parts, as_well, beats = [], [], []
     for choice, group in fixed.groupby("choice", sort=False):
         better = int((group["vs_autocal_high"] < 0).sum())
         worse = int((group["vs_autocal_low"] > 0).sum())
         parts.append(f"{choice}: AutoCal lower on {better}, higher on {worse} of {len(group)}")
         if better == 0:
             as_well.append(choice)
-    verdict = (f"yes, a fixed choice ({', '.join(as_well)}) does at least as well as AutoCal on every benchmark and "
-               "metric" if as_well else "no, every fixed choice is beaten by AutoCal on at least one benchmark and metric")
+        elif worse > 0:
+            beats.append(choice)
+    if as_well:
+        verdict = (f"yes, a fixed choice ({', '.join(as_well)}) does at least as well as AutoCal on every benchmark "
+                   "and metric")
+    elif beats:
+        verdict = ("no fixed choice does at least as well everywhere, nor does AutoCal: every fixed choice is beaten by "
+                   f"AutoCal on at least one benchmark and metric, and {', '.join(beats)} "
+                   f"{'beats' if len(beats) == 1 else 'beat'} AutoCal on at least one")
+    else:
+        verdict = "no, every fixed choice is beaten by AutoCal on at least one benchmark and metric"
     return (f"On the {family} benchmarks: {verdict} (AutoCal minus the fixed choice, paired by run, 95% interval wholly "
             f"below or above 0, over {cells} benchmark-metric cells; {'; '.join(parts)}).")
 

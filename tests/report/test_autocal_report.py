@@ -132,6 +132,20 @@ def test_the_answer_sentence_says_a_fixed_choice_does_as_well_only_when_autocal_
     assert heterophilous.startswith("no, every fixed choice is beaten")
 
 
+def test_the_answer_sentence_names_the_fixed_choices_that_beat_autocal_where_it_beats_each_somewhere():
+    def cell(choice, dataset, low, high):
+        return {"family": "heterophilous", "dataset": dataset, "backbone": "GCN", "metric": "ece",
+                "calibrator": choice.split()[-1], "choice": choice, "vs_autocal_low": low, "vs_autocal_high": high}
+
+    cells = [cell("always TS", "Actor", -2.0, -1.0), cell("always TS", "Texas", 0.5, 1.5),
+             cell("always GATS", "Actor", -2.0, -1.0), cell("always GATS", "Texas", -0.5, 0.5)]
+    sentence = answer_sentence(pd.DataFrame(cells))
+    assert sentence.startswith("On the heterophilous benchmarks: no fixed choice does at least as well everywhere, "
+                               "nor does AutoCal: every fixed choice is beaten by AutoCal on at least one benchmark "
+                               "and metric, and always TS beats AutoCal on at least one (")
+    assert "always GATS: AutoCal lower on 1, higher on 0 of 2" in sentence
+
+
 def test_make_report_renders_the_autocal_entry_from_its_rows(tmp_path, capsys, monkeypatch):
     from simcalib.cli import main
 
