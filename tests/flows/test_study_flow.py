@@ -245,11 +245,11 @@ def test_kill_9_then_the_same_command_recomputes_nothing_finished(reference, stu
     pd.testing.assert_frame_equal(numbers(results), numbers(reference.results))  # identical numbers, bit for bit
 
 
-# Ctrl-C to a study on worker processes by default (~1 min each); SIGTERM, and Ctrl-C on the threads runner, with
-# `make test-slow`.
-@pytest.mark.parametrize("stop, runner", [pytest.param("SIGTERM", "threads", marks=pytest.mark.slow),
-                                          pytest.param("Ctrl-C", "threads", marks=pytest.mark.slow),
-                                          ("Ctrl-C", "processes")])
+# ~1 min each, with `make test-slow`. Ctrl-C to a study on worker processes (the default runner), its temporary
+# server included, is checked in the default suite by tests/flows/test_runners.py
+# (test_ctrl_c_stops_a_study_on_worker_processes_at_once_keeping_its_finished_tasks).
+@pytest.mark.slow
+@pytest.mark.parametrize("stop, runner", [("SIGTERM", "threads"), ("Ctrl-C", "threads"), ("Ctrl-C", "processes")])
 def test_a_stopped_study_ends_with_its_temporary_prefect_server(study_env, tmp_path, stop, runner):
     """Ephemeral mode (no PREFECT_API_URL): the study starts Prefect's temporary API server and an exit handler
     stops it. SIGTERM (a scheduler's time limit) must still run that handler, or the server outlives the study.
