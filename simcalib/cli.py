@@ -17,15 +17,27 @@ from pathlib import Path
 from simcalib.errors import SimCalibError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser: with ``command``, only the module that declares it in its ``COMMANDS`` registers (a
+    command's parser may import what its help lists, e.g. ``benchmark`` the calibrators), so another command
+    starts without those imports; without it (``simcalib --help``), or for a name no module declares, every
+    module registers."""
     from simcalib.commands import COMMAND_MODULES
 
     parser = argparse.ArgumentParser(prog="simcalib", description="GNN calibration: SimCalib and the GATS-protocol benchmark")
     parser.add_argument("--version", action="version", version=f"simcalib {simcalib_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in COMMAND_MODULES:
-        importlib.import_module(module).register(sub)
+    modules = [importlib.import_module(name) for name in COMMAND_MODULES]
+    owner = [module for module in modules if command in module.COMMANDS]
+    for module in owner or modules:
+        module.register(sub)
     return parser
+
+
+def invoked_command(argv: list[str]) -> str | None:
+    """The sub-command ``argv`` names: its first argument that is not an option (the top level takes options
+    without values only)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
 def simcalib_version() -> str:
@@ -52,8 +64,8 @@ def quiet_environment() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     quiet_environment()
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(invoked_command(argv)).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except SimCalibError as exc:

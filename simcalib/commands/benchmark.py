@@ -19,6 +19,9 @@ from simcalib.commands.common import (
 SUMMARY_METRICS = ["ece", "ace", "mce", "classwise_ece", "kde_ece", "nll", "brier", "accuracy"]
 
 
+COMMANDS = ("benchmark",)  # the sub-commands register() adds
+
+
 def register(sub) -> None:
     from simcalib.calibrators import calibrator_names
     from simcalib.data import dataset_names

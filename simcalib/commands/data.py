@@ -8,6 +8,8 @@ from pathlib import Path
 
 from simcalib.commands.common import add_data_options
 
+COMMANDS = ("data",)  # the sub-commands register() adds
+
 
 def register(sub) -> None:
     data = sub.add_parser("data", help="dataset utilities")

@@ -16,6 +16,9 @@ from simcalib.commands.common import (
 SCORE_COLUMNS = ["train_nll", "train_ece", "crossfit_nll", "crossfit_ece", "test_nll", "test_ece", "t_ratio"]
 
 
+COMMANDS = ("feature-signal",)  # the sub-commands register() adds
+
+
 def register(sub) -> None:
     parser = sub.add_parser("feature-signal", help="temperature-scaling oracles on the distance to the class prototypes",
                             description="Fit one temperature, one per distance quintile and log T linear in log "

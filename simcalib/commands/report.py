@@ -27,6 +27,8 @@ from pathlib import Path
 from simcalib.commands.common import count_or_list
 from simcalib.errors import ConfigError, DataMissingError
 
+COMMANDS = ("report",)  # the sub-commands register() adds
+
 
 def register(sub) -> None:
     report = sub.add_parser("report", help="tables, significance tests, figures and theory check of a study's results",

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from simcalib.errors import ConfigError
 
+COMMANDS = ("compare", "paired-tests", "cost")  # the sub-commands register() adds
+
 
 def register(sub) -> None:
     compare = sub.add_parser("compare", help="do two results files agree on the runs both hold",

@@ -11,6 +11,9 @@ from simcalib.commands.common import add_attention_option, add_data_options, csv
 REQUIRED_KEYS = ("logits", "hidden", "edge_index", "y")
 
 
+COMMANDS = ("select",)  # the sub-commands register() adds
+
+
 def register(sub) -> None:
     from simcalib.calibrators.autocal import DEFAULT_CANDIDATES, SCORES
 

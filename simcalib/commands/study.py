@@ -21,6 +21,9 @@ from pathlib import Path
 QUIET_TASK_LOGS = {"PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING"}  # one line per task is enough
 
 
+COMMANDS = ("study",)  # the sub-commands register() adds
+
+
 def register(sub) -> None:
     study = sub.add_parser("study", help="run a study file: benchmarks x calibrators as Prefect flows, tracked in MLflow",
                            description="Orchestrated studies (study/*.yaml).")

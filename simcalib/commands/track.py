@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+COMMANDS = ("track",)  # the sub-commands register() adds
+
 
 def register(sub) -> None:
     track = sub.add_parser("track", help="load committed results (e.g. reports/offline) into MLflow",

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from simcalib.commands.common import add_data_options, count_or_list, protocol_settings, sigterm_as_interrupt
 
+COMMANDS = ("tune",)  # the sub-commands register() adds
+
 
 def register(sub) -> None:
     from simcalib.calibrators import calibrator_names

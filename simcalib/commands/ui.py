@@ -19,6 +19,9 @@ from simcalib.commands.common import sigterm_as_interrupt
 SERVICES = ("mlflow", "optuna", "prefect")
 
 
+COMMANDS = ("ui",)  # the sub-commands register() adds
+
+
 def register(sub) -> None:
     ui = sub.add_parser("ui", help="start the MLflow UI, Optuna dashboard and Prefect server on 127.0.0.1",
                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
