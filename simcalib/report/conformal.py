@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from simcalib.report.render import Bullets, Heading, Paragraph, table_block, write_report
+from simcalib.report.render import Bullets, Heading, Paragraph, table_block, to_markdown, write_report
 from simcalib.report.shift import (
     PAIR_KEYS,
     coverage_lines,
@@ -124,6 +124,78 @@ def answer_bullets(table: pd.DataFrame, correlation: pd.DataFrame, reference: st
     return items
 
 
+def _cell_name(score: str, alpha: float) -> str:
+    return f"{score} @ {alpha:g}"
+
+
+def answer_table(table: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
+    """One row per calibrator over the benchmarks of ``table``: ``benchmarks``, ``ece_rank`` (mean rank of its mean
+    ECE among the calibrators of a benchmark, 1 = lowest, ties averaged), one mean set-size rank per score and
+    alpha (columns ``size_rank <score> @ <alpha>``), on how many benchmark-score-alpha cells its sets are
+    significantly ``smaller`` and ``larger`` than ``reference``'s (of ``cells``), and on how many the 95% interval
+    of its mean coverage lies beside 1 - alpha (``coverage_off``); ordered by the first size rank."""
+    if table.empty:
+        return pd.DataFrame(columns=["calibrator", "benchmarks", "ece_rank"])
+    cells = [*BENCHMARK, "score", "alpha"]
+    ranked = table.assign(size_rank=table.groupby(cells)["set_size_mean"].rank(method="average"),
+                          smaller=(table["size_pvalue_holm"] < ALPHA) & (table["size_diff"] < 0),
+                          larger=(table["size_pvalue_holm"] < ALPHA) & (table["size_diff"] > 0),
+                          coverage_off=(table["coverage_high"] < 1 - table["alpha"])
+                          | (table["coverage_low"] > 1 - table["alpha"]))
+    ece = ranked.drop_duplicates([*BENCHMARK, "calibrator"])
+    ece = ece.assign(ece_rank=ece.groupby(BENCHMARK)["ece_mean"].rank(method="average"))
+    grouped = ranked.groupby("calibrator", sort=False)
+    answer = pd.DataFrame({"benchmarks": ece.groupby("calibrator", sort=False).size(),
+                           "ece_rank": ece.groupby("calibrator", sort=False)["ece_rank"].mean()})
+    order = ranked[["score", "alpha"]].drop_duplicates().sort_values("alpha", ascending=False, kind="stable")
+    for score, alpha in order.itertuples(index=False):
+        own = ranked[(ranked["score"] == score) & (ranked["alpha"] == alpha)]
+        answer[f"size_rank {_cell_name(score, alpha)}"] = own.groupby("calibrator")["size_rank"].mean()
+    answer["smaller"] = grouped["smaller"].sum().astype(int)
+    answer["larger"] = grouped["larger"].sum().astype(int)
+    answer["coverage_off"] = grouped["coverage_off"].sum().astype(int)
+    answer["cells"] = grouped.size()
+    answer = answer.reset_index(names="calibrator")
+    first = [c for c in answer.columns if c.startswith("size_rank ")][:1]
+    return answer.sort_values([*first, "calibrator"], kind="stable").reset_index(drop=True)
+
+
+def answer_sentence(table: pd.DataFrame, answer: pd.DataFrame, correlation: pd.DataFrame,
+                    reference: str = REFERENCE) -> str:
+    """What :func:`answer_table` and :func:`calibration_and_size` say in one sentence: the smallest mean set-size
+    rank per score at the largest alpha, the calibrators with sets significantly smaller than ``reference``'s
+    somewhere, and how often lower ECE goes with smaller sets over the calibrators of a cell."""
+    benchmarks = table[BENCHMARK].drop_duplicates().shape[0]
+    ranks = [c for c in answer.columns if c.startswith("size_rank ")]
+    alpha = max(float(c.rsplit("@ ", 1)[1]) for c in ranks)
+    best = [f"{c.removeprefix('size_rank ')}: {answer.loc[answer[c].idxmin(), 'calibrator']} "
+            f"({answer[c].min():.1f})" for c in ranks if c.endswith(f"@ {alpha:g}")]
+    smaller = answer[(answer["smaller"] > 0) & (answer["calibrator"] != reference)]
+    larger = answer[(answer["larger"] > 0) & (answer["calibrator"] != reference)]
+    cells = int(answer["cells"].max())
+    rho = correlation["spearman"].dropna()
+    significant = correlation[(correlation["pvalue"] < ALPHA) & (correlation["spearman"] > 0)]
+    return (f"Over {benchmarks} benchmark(s): the lowest mean set-size rank at alpha {alpha:g} (1 = the smallest "
+            f"sets of the calibrators at the same nominal coverage) per score: {'; '.join(best)}. Sets significantly "
+            f"smaller than {reference}'s (cells of {cells}): "
+            f"{', '.join(f'{r.calibrator} ({r.smaller})' for r in smaller.itertuples()) or 'none'}; larger: "
+            f"{', '.join(f'{r.calibrator} ({r.larger})' for r in larger.itertuples()) or 'none'}. Lower ECE goes "
+            f"with smaller sets (Spearman over the calibrators of a benchmark, score and alpha) in {int((rho > 0).sum())} "
+            f"of {len(rho)} cells, significantly (p < {ALPHA}) in {len(significant)}.")
+
+
+def answer_block(answer: pd.DataFrame, reference: str = REFERENCE):
+    """:func:`answer_table` as a report table."""
+    ranks = [c for c in answer.columns if c.startswith("size_rank ")]
+    header = ["Calibrator", "Benchmarks", "ECE rank", *(f"Size rank {c.removeprefix('size_rank ')}" for c in ranks),
+              f"Sets smaller / larger than {reference}", "Coverage beside 1 - alpha"]
+    body = [[r["calibrator"], str(int(r["benchmarks"])), f"{r['ece_rank']:.1f}",
+             *(f"{r[c]:.1f}" if np.isfinite(r[c]) else "" for c in ranks),
+             "-" if r["calibrator"] == reference else f"{int(r['smaller'])} / {int(r['larger'])} of {int(r['cells'])}",
+             f"{int(r['coverage_off'])} of {int(r['cells'])}"] for r in answer.to_dict("records")]
+    return table_block(header, body, numeric_from=1)
+
+
 def _body(table: pd.DataFrame) -> list[list[str]]:
     return [[f"{r['dataset']} {r['backbone']}", f"{r['score']} @ {r['alpha']:g}", r["calibrator"], str(int(r["runs"])),
              f"{r['ece_mean']:.2f}", interval_cell(r["coverage_mean"], r["coverage_low"], r["coverage_high"], 3),
@@ -135,8 +207,9 @@ def _body(table: pd.DataFrame) -> list[list[str]]:
 
 def build_conformal_report(results: str | os.PathLike, out: str | os.PathLike, title: str,
                            study: str | os.PathLike | None = None, regenerate: str | None = None) -> Path | None:
-    """``report.md``, ``report.html``, ``conformal_table.csv`` and ``calibration_and_size.csv`` under ``out`` from the
-    results folders below ``results``; None (nothing written) when there are no rows."""
+    """``report.md``, ``report.html``, ``conformal_table.csv``, ``calibration_and_size.csv``, ``answer.csv`` and
+    ``summary.md`` (the answer alone, for a README to embed) under ``out`` from the results folders below
+    ``results``; None (nothing written) when there are no rows."""
     kind_rows = read_kind_rows(results, ["dataset", "backbone", "calibrator", "split", "init", "fold", "ece"])
     rows = kind_rows.rows
     if rows.empty or not score_alphas(rows.columns):
@@ -148,12 +221,23 @@ def build_conformal_report(results: str | os.PathLike, out: str | os.PathLike, t
     table.to_csv(out / "conformal_table.csv", index=False, float_format="%.6g")
     correlation.to_csv(out / "calibration_and_size.csv", index=False, float_format="%.6g")
     runs = rows.groupby("folder")[PAIR_KEYS].apply(lambda g: len(g.drop_duplicates()))
+    answer = answer_table(table)
+    answer.to_csv(out / "answer.csv", index=False, float_format="%.6g")
+    summary = [Paragraph(answer_sentence(table, answer, correlation)), answer_block(answer),
+               Paragraph(f"Per calibrator over the benchmarks: mean rank of its mean test ECE and, per score and "
+                         "alpha, of its mean set size among the calibrators (1 = lowest); on how many benchmark-score-"
+                         f"alpha cells its sets are significantly smaller / larger than {REFERENCE}'s (Wilcoxon over "
+                         f"paired runs, Holm over the whole table, p < {ALPHA}), and on how many the 95% interval of "
+                         "its mean coverage lies beside 1 - alpha (by chance in about 1 of 20).")]
+    (out / "summary.md").write_text(to_markdown(summary))
     blocks = [Heading(1, title)]
     if regenerate:
         blocks.append(Paragraph(f"Rendered from the committed rows by {regenerate}; the rows come from "
                                 "`simcalib.experiment.node_runs.evaluate_run` (provenance: `results/provenance.yaml`)."))
     blocks += [
         Heading(2, "Answer"),
+        *summary,
+        Heading(2, "Per benchmark"),
         Paragraph(f"Per benchmark and alpha: which calibrator gives the smallest sets, which give sets significantly "
                   f"smaller or larger than {REFERENCE}'s (Wilcoxon over paired runs, Holm over the whole table, "
                   f"p < {ALPHA}), and Spearman's correlation over the calibrators of mean test ECE and mean set size "
@@ -193,5 +277,5 @@ def build_conformal_report(results: str | os.PathLike, out: str | os.PathLike, t
     return out / "report.md"
 
 
-__all__ = ["CORRELATION_COLUMNS", "TABLE_COLUMNS", "answer_bullets", "build_conformal_report", "calibration_and_size",
+__all__ = ["CORRELATION_COLUMNS", "TABLE_COLUMNS", "answer_block", "answer_bullets", "answer_sentence", "answer_table", "build_conformal_report", "calibration_and_size",
            "conformal_table", "score_alphas"]

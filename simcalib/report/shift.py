@@ -13,7 +13,8 @@ OOD test nodes:
 * the shift's cost, mean OOD minus ID ECE, with its interval.
 
 "Keeps its advantage out of distribution": significantly below TS (Holm p < :data:`ALPHA`, lower mean) on the OOD
-test nodes; the answer lists, per benchmark, the calibrators below and above TS on ID and on OOD ECE.
+test nodes. The answer is one row per calibrator over the benchmarks (:func:`answer_table`: mean ECE ranks on OOD
+and ID test nodes, benchmarks below and above TS), then, per benchmark, the calibrators below and above TS.
 
 Shapes: the rows are results rows with the columns ``id_<metric>``, ``ood_<metric>`` (:data:`SHIFT_METRICS`),
 ``shift_property``; :func:`shift_table` gives one row per benchmark and calibrator (:data:`TABLE_COLUMNS`).
@@ -31,7 +32,7 @@ import pandas as pd
 
 from simcalib.errors import DataCorruptError
 from simcalib.report.bootstrap import mean_interval
-from simcalib.report.render import Bullets, Heading, Paragraph, table_block, write_report
+from simcalib.report.render import Bullets, Heading, Paragraph, table_block, to_markdown, write_report
 from simcalib.report.stats import holm, wilcoxon_pvalue
 from simcalib.store.integrity import check_results
 from simcalib.store.results_store import read_results
@@ -191,6 +192,62 @@ def answer_bullets(table: pd.DataFrame, reference: str = REFERENCE) -> list[str]
     return items
 
 
+ANSWER_COLUMNS = ["calibrator", "benchmarks", "ood_ece_rank", "id_ece_rank", "ood_below", "ood_above", "id_below",
+                  "id_above", "kept", "shift_ece_mean"]
+
+
+def answer_table(table: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
+    """One row per calibrator over the benchmarks of ``table`` (:data:`ANSWER_COLUMNS`): its mean rank of mean OOD
+    and of mean ID ECE (1 = the lowest of the calibrators on a benchmark, ties averaged), on how many benchmarks
+    its OOD and its ID ECE are significantly below and above ``reference``'s, on how many below on both
+    (``kept``), and its mean OOD - ID ECE; ordered by the OOD rank."""
+    if table.empty:
+        return pd.DataFrame(columns=ANSWER_COLUMNS)
+    ranked = table.assign(
+        ood_ece_rank=table.groupby(BENCHMARK)["ood_ece_mean"].rank(method="average"),
+        id_ece_rank=table.groupby(BENCHMARK)["id_ece_mean"].rank(method="average"),
+        ood_below=significant(table, "ood_ece", True), ood_above=significant(table, "ood_ece", False),
+        id_below=significant(table, "id_ece", True), id_above=significant(table, "id_ece", False))
+    ranked["kept"] = ranked["ood_below"] & ranked["id_below"]
+    grouped = ranked.groupby("calibrator", sort=False)
+    answer = pd.DataFrame({
+        "benchmarks": grouped.size(),
+        "ood_ece_rank": grouped["ood_ece_rank"].mean(), "id_ece_rank": grouped["id_ece_rank"].mean(),
+        **{c: grouped[c].sum().astype(int) for c in ("ood_below", "ood_above", "id_below", "id_above", "kept")},
+        "shift_ece_mean": grouped["shift_ece_mean"].mean()}).reset_index()
+    return answer.sort_values(["ood_ece_rank", "calibrator"], kind="stable").reset_index(drop=True)[ANSWER_COLUMNS]
+
+
+def answer_sentence(table: pd.DataFrame, answer: pd.DataFrame, reference: str = REFERENCE) -> str:
+    """What :func:`answer_table` says in one sentence: the lowest mean OOD ECE rank, the calibrators significantly
+    below ``reference`` out of distribution on some benchmark, and the node-wise (graph-aware) ones among them."""
+    benchmarks = table[BENCHMARK].drop_duplicates().shape[0]
+    best = answer.iloc[0]
+    below = answer[(answer["ood_below"] > 0) & (answer["calibrator"] != reference)]
+    listed = ", ".join(f"{r.calibrator} ({r.ood_below})" for r in below.itertuples()) or "none"
+    nodewise = [c for c in below["calibrator"] if graph_aware(c)]
+    tested = [c for c in answer["calibrator"] if graph_aware(c)]
+    kept = answer[answer["kept"] > 0]
+    return (f"Over {benchmarks} benchmark(s) (dataset x backbone x shift property): the lowest mean ECE rank on the "
+            f"out-of-distribution test nodes is {best['calibrator']}'s ({best['ood_ece_rank']:.1f}). Significantly "
+            f"below {reference} out of distribution (benchmarks): {listed}; below it in and out of distribution: "
+            f"{', '.join(f'{r.calibrator} ({r.kept})' for r in kept.itertuples()) or 'none'}. Node-wise (graph-aware) "
+            f"calibrators significantly below one temperature ({reference}) out of distribution on any benchmark: "
+            f"{len(nodewise)} of {len(tested)}{' (' + ', '.join(nodewise) + ')' if nodewise else ''}.")
+
+
+def answer_block(answer: pd.DataFrame, reference: str = REFERENCE):
+    """:func:`answer_table` as a report table."""
+    header = ["Calibrator", "Benchmarks", "OOD ECE rank", "ID ECE rank", f"OOD ECE below / above {reference}",
+              f"ID ECE below / above {reference}", "Below on both", "OOD - ID ECE"]
+    body = [[r["calibrator"], str(int(r["benchmarks"])), f"{r['ood_ece_rank']:.1f}", f"{r['id_ece_rank']:.1f}",
+             "-" if r["calibrator"] == reference else f"{int(r['ood_below'])} / {int(r['ood_above'])}",
+             "-" if r["calibrator"] == reference else f"{int(r['id_below'])} / {int(r['id_above'])}",
+             "-" if r["calibrator"] == reference else str(int(r["kept"])), f"{r['shift_ece_mean']:+.2f}"]
+            for r in answer.to_dict("records")]
+    return table_block(header, body, numeric_from=1)
+
+
 def _header() -> list[str]:
     return ["Benchmark", "Calibrator", "Runs", "ID ECE", "OOD ECE", "OOD ECE - TS", "p (Holm)", "OOD - ID ECE",
             "ID NLL", "OOD NLL", "OOD NLL - TS", "p (Holm)"]
@@ -245,8 +302,9 @@ def planned_benchmarks(study: str | os.PathLike | None) -> pd.DataFrame | None:
 
 def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title: str,
                        study: str | os.PathLike | None = None, regenerate: str | None = None) -> Path | None:
-    """``report.md``, ``report.html`` and ``shift_table.csv`` under ``out`` from the results folders below
-    ``results``; None (nothing written) when there are no rows."""
+    """``report.md``, ``report.html``, ``shift_table.csv``, ``answer.csv`` and ``summary.md`` (the answer alone, for a
+    README to embed) under ``out`` from the results folders below ``results``; None (nothing written) when there
+    are no rows."""
     kind_rows = read_kind_rows(results, ["dataset", "backbone", "calibrator", "split", "init", "fold",
                                          "shift_property", "id_ece", "ood_ece", "id_nll", "ood_nll"])
     rows = kind_rows.rows
@@ -257,15 +315,24 @@ def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "shift_table.csv", index=False, float_format="%.6g")
     runs = rows.groupby("folder")[PAIR_KEYS].apply(lambda g: len(g.drop_duplicates()))
+    answer = answer_table(table)
+    answer.to_csv(out / "answer.csv", index=False, float_format="%.6g")
+    summary = [Paragraph(answer_sentence(table, answer)), answer_block(answer),
+               Paragraph(f"Per calibrator over the benchmarks: mean rank of its mean ECE among the calibrators on the "
+                         f"OOD and on the ID test nodes (1 = lowest); on how many benchmarks its ECE is significantly "
+                         f"below / above {REFERENCE}'s (Wilcoxon over paired runs, Holm over every calibrator and "
+                         f"benchmark, p < {ALPHA}); its mean OOD - ID ECE (percentage points; the shift's cost).")]
+    (out / "summary.md").write_text(to_markdown(summary))
     blocks = [Heading(1, title)]
     if regenerate:
         blocks.append(Paragraph(f"Rendered from the committed rows by {regenerate}; the rows come from "
                                 "`simcalib.experiment.node_runs.evaluate_run` (provenance: `results/provenance.yaml`)."))
     blocks += [
         Heading(2, "Answer"),
+        *summary,
+        Heading(2, "Per benchmark"),
         Paragraph(f"Per benchmark (dataset, backbone, shift property), the calibrators whose ECE is significantly "
-                  f"below or above {REFERENCE}'s (Wilcoxon over paired runs, Holm over every calibrator and benchmark "
-                  f"of the table, p < {ALPHA}) on the in-distribution (ID) and on the out-of-distribution (OOD) test "
+                  f"below or above {REFERENCE}'s on the in-distribution (ID) and on the out-of-distribution (OOD) test "
                   "nodes. A calibrator \"keeps its advantage\" when it is below TS on both."),
         Bullets(tuple(answer_bullets(table))),
         Heading(2, "ECE and NLL on ID and OOD test nodes"),
@@ -288,6 +355,7 @@ def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title
     return out / "report.md"
 
 
-__all__ = ["ALPHA", "KindRows", "REFERENCE", "TABLE_COLUMNS", "answer_bullets", "build_shift_report", "interval_cell",
+__all__ = ["ALPHA", "ANSWER_COLUMNS", "KindRows", "REFERENCE", "TABLE_COLUMNS", "answer_block", "answer_bullets",
+           "answer_sentence", "answer_table", "build_shift_report", "interval_cell",
            "mean_with_interval", "p_text", "runs_text",
            "coverage_lines", "graph_aware", "paired", "planned_benchmarks", "read_kind_rows", "shift_table", "significant"]

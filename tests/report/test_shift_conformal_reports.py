@@ -9,7 +9,15 @@ import pandas as pd
 import pytest
 
 from simcalib.report.conformal import answer_bullets, calibration_and_size, conformal_table
-from simcalib.report.shift import build_shift_report, read_kind_rows, shift_table
+from simcalib.report.conformal import answer_sentence as conformal_answer_sentence
+from simcalib.report.conformal import answer_table as conformal_answer_table
+from simcalib.report.shift import (
+    answer_sentence,
+    answer_table,
+    build_shift_report,
+    read_kind_rows,
+    shift_table,
+)
 from simcalib.store.results_store import append_rows
 
 RUNS = [(s, 0, f) for s in range(5) for f in range(3)]
@@ -60,7 +68,8 @@ def test_the_shift_report_leads_with_the_answer_and_states_the_run_counts(tmp_pa
         append_rows(tmp_path / "results" / f"Cora_GCN_{property}" / "results.csv", _shift_rows(property))
     report = build_shift_report(tmp_path / "results", tmp_path / "out", "Shift")
     text = report.read_text()
-    assert text.index("## Answer") < text.index("## ECE and NLL") < text.index("## What the rows hold")
+    assert text.index("## Answer") < text.index("## Per benchmark") < text.index("## ECE and NLL") < text.index(
+        "## What the rows hold")
     assert "Below TS on both: none; below in distribution only: none" in text
     assert "Node-wise (graph-aware) calibrators below one temperature (TS) out of distribution: GATS of 1" in text
     assert "OOD ECE below TS: GATS" in text and "ID ECE below TS: none; above: UnCal, Worse" in text
@@ -68,6 +77,27 @@ def test_the_shift_report_leads_with_the_answer_and_states_the_run_counts(tmp_pa
     assert (tmp_path / "out" / "report.html").is_file() and (tmp_path / "out" / "shift_table.csv").is_file()
     # the same run in two property folders is no repeat: each folder is checked on its own
     assert len(read_kind_rows(tmp_path / "results", ["id_ece"]).rows) == 2 * 60
+
+
+def test_the_shift_answer_is_one_row_per_calibrator_over_the_benchmarks_and_its_sentence(tmp_path):
+    rows = pd.DataFrame([*_shift_rows("popularity"), *_shift_rows("density")])
+    table = shift_table(rows)
+    answer = answer_table(table).set_index("calibrator")
+    assert list(answer.index[:2]) == ["GATS", "TS"] and answer.index[-1] == "UnCal"  # by mean OOD ECE rank
+    assert answer.loc["GATS", "ood_ece_rank"] == 1.0 and answer.loc["UnCal", "id_ece_rank"] == 4.0
+    assert answer.loc["GATS", ["ood_below", "ood_above", "id_below", "kept"]].tolist() == [2, 0, 0, 0]
+    assert answer.loc["Worse", ["ood_above", "id_above"]].tolist() == [2, 2]
+    assert answer.loc["GATS", "benchmarks"] == 2 and answer.loc["GATS", "shift_ece_mean"] == pytest.approx(2, abs=0.2)
+    sentence = answer_sentence(table, answer_table(table))
+    assert sentence.startswith("Over 2 benchmark(s) (dataset x backbone x shift property): the lowest mean ECE rank "
+                               "on the out-of-distribution test nodes is GATS's (1.0). Significantly below TS out of "
+                               "distribution (benchmarks): GATS (2); below it in and out of distribution: none.")
+    assert sentence.endswith("out of distribution on any benchmark: 1 of 1 (GATS).")
+    append_rows(tmp_path / "results" / "Cora_GCN_popularity" / "results.csv", _shift_rows("popularity"))
+    build_shift_report(tmp_path / "results", tmp_path / "out", "Shift")
+    summary = (tmp_path / "out" / "summary.md").read_text()  # the answer alone, for a README to embed
+    assert summary.startswith("Over 1 benchmark(s)") and "| GATS | 1 | 1.0 |" in summary
+    assert summary in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_a_shift_report_without_rows_writes_nothing(tmp_path):
@@ -88,6 +118,21 @@ def test_the_conformal_table_and_the_calibration_set_size_correlation():
     assert "smaller than TS's: none, larger: Good, UnCal" in answer
     # coverage 0.907 on every run of every calibrator: above 0.9 beyond its interval, said so
     assert "interval beside 1 - alpha: TS (APS, 0.907)" in answer
+
+
+def test_the_conformal_answer_ranks_set_sizes_per_calibrator_and_counts_cells_against_ts(tmp_path):
+    rows = pd.DataFrame([*_conformal_rows(), *(dict(r, dataset="Citeseer") for r in _conformal_rows())])
+    table = conformal_table(rows)
+    answer = conformal_answer_table(table).set_index("calibrator")
+    assert list(answer.index) == ["TS", "Good", "UnCal"]  # by mean set-size rank (TS's sets the smallest)
+    assert answer.loc["Good", "size_rank APS @ 0.1"] == 2.0 and answer.loc["UnCal", "ece_rank"] == 3.0
+    assert answer.loc["Good", ["benchmarks", "smaller", "larger", "cells"]].tolist() == [2, 0, 2, 2]
+    assert answer.loc["TS", "coverage_off"] == 2  # 0.907 on every run, beside 0.9 beyond its interval
+    sentence = conformal_answer_sentence(table, conformal_answer_table(table), calibration_and_size(table))
+    assert sentence.startswith("Over 2 benchmark(s): the lowest mean set-size rank at alpha 0.1 (1 = the smallest "
+                               "sets of the calibrators at the same nominal coverage) per score: APS @ 0.1: TS (1.0).")
+    assert "smaller than TS's (cells of 2): none; larger: Good (2), UnCal (2)." in sentence
+    assert sentence.endswith("in 2 of 2 cells, significantly (p < 0.05) in 2.")  # rho = 1 on both benchmarks
 
 
 def test_make_report_renders_kind_entries_with_rows_and_skips_them_without(tmp_path, capsys):
