@@ -14,6 +14,9 @@ Per benchmark (dataset, backbone), score (APS, RAPS, DAPS) and :math:`\alpha`, f
   :math:`1 - \alpha` (the quantile is set on held-out calibration nodes), so the sizes are compared at the same
   nominal coverage; the coverage columns show how close to it each one is.
 
+With the study file, a calibrator whose rows miss a planned run of a benchmark is left out of it and named
+(:func:`simcalib.report.shift.complete_calibrators`).
+
 Shapes: the rows carry ``<score>_<metric>@<alpha>`` columns (:func:`simcalib.conformal.conformal_metrics`);
 :func:`conformal_table` gives one row per benchmark, score, alpha and calibrator (:data:`TABLE_COLUMNS`).
 """
@@ -31,6 +34,7 @@ from scipy import stats as scipy_stats
 from simcalib.report.render import Bullets, Heading, Paragraph, table_block, to_markdown, write_report
 from simcalib.report.shift import (
     PAIR_KEYS,
+    complete_calibrators,
     coverage_lines,
     interval_cell,
     mean_with_interval,
@@ -211,7 +215,8 @@ def build_conformal_report(results: str | os.PathLike, out: str | os.PathLike, t
     ``summary.md`` (the answer alone, for a README to embed) under ``out`` from the results folders below
     ``results``; None (nothing written) when there are no rows."""
     kind_rows = read_kind_rows(results, ["dataset", "backbone", "calibrator", "split", "init", "fold", "ece"])
-    rows = kind_rows.rows
+    planned = planned_benchmarks(study)
+    rows, left_out = complete_calibrators(kind_rows.rows, planned)
     if rows.empty or not score_alphas(rows.columns):
         return None
     out = Path(out)
@@ -257,7 +262,7 @@ def build_conformal_report(results: str | os.PathLike, out: str | os.PathLike, t
                       f"{r['smallest']} ({r['smallest_size']:.2f})"] for r in correlation.to_dict("records")],
                     numeric_from=2),
         Heading(2, "What the rows hold"),
-        Bullets(tuple(coverage_lines(rows, planned_benchmarks(study)))),
+        Bullets(tuple([*coverage_lines(rows, planned), *left_out])),
         Heading(2, "What the rows show and what they cannot"),
         Paragraph(f"{len(runs)} benchmark(s), {runs_text(int(runs.min()), int(runs.max()))} each. Each run's "
                   "calibration fold is divided per class: half fits every calibrator, half sets the quantile, so each calibrator "

@@ -16,6 +16,9 @@ OOD test nodes:
 test nodes. The answer is one row per calibrator over the benchmarks (:func:`answer_table`: mean ECE ranks on OOD
 and ID test nodes, benchmarks below and above TS), then, per benchmark, the calibrators below and above TS.
 
+With the study file, a calibrator whose rows miss a run the study plans for a benchmark is left out of that
+benchmark's tables and named (:func:`complete_calibrators`): a slice in progress enters once complete.
+
 Shapes: the rows are results rows with the columns ``id_<metric>``, ``ood_<metric>`` (:data:`SHIFT_METRICS`),
 ``shift_property``; :func:`shift_table` gives one row per benchmark and calibrator (:data:`TABLE_COLUMNS`).
 """
@@ -288,6 +291,27 @@ def coverage_lines(rows: pd.DataFrame, planned: pd.DataFrame | None) -> list[str
     return lines
 
 
+def complete_calibrators(rows: pd.DataFrame, planned: pd.DataFrame | None) -> tuple[pd.DataFrame, list[str]]:
+    """``rows`` less, per results folder that ``planned`` plans, the calibrators whose rows miss a planned run, and a
+    line naming each folder and calibrator left out (none without ``planned``): a slice in progress enters the
+    tables once every run of a calibrator is there, as the headline's benchmarks do."""
+    if planned is None or rows.empty:
+        return rows, []
+    runs_of = dict(zip(planned["folder"], planned["runs"]))
+    counts = rows.drop_duplicates(["folder", "calibrator", *PAIR_KEYS]).groupby(["folder", "calibrator"]).size()
+    short = {key: n for key, n in counts.items() if key[0] in runs_of and n < runs_of[key[0]]}
+    if not short:
+        return rows, []
+    keep = ~pd.Series(list(zip(rows["folder"], rows["calibrator"])), index=rows.index).isin(short)
+    lines = []
+    for folder in sorted({f for f, _ in short}):
+        names = sorted(c for f, c in short if f == folder)
+        have = max(short[(folder, c)] for c in names)
+        lines.append(f"`{folder}`: {', '.join(names)} with at most {have} of {runs_of[folder]} runs; left out until "
+                     "complete")
+    return rows[keep], lines
+
+
 def planned_benchmarks(study: str | os.PathLike | None) -> pd.DataFrame | None:
     """The benchmarks a study file plans (folder, calibrators, runs), without loading data; None without a file."""
     if study is None:
@@ -307,7 +331,8 @@ def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title
     are no rows."""
     kind_rows = read_kind_rows(results, ["dataset", "backbone", "calibrator", "split", "init", "fold",
                                          "shift_property", "id_ece", "ood_ece", "id_nll", "ood_nll"])
-    rows = kind_rows.rows
+    planned = planned_benchmarks(study)
+    rows, left_out = complete_calibrators(kind_rows.rows, planned)
     if rows.empty:
         return None
     out = Path(out)
@@ -341,7 +366,7 @@ def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title
                   "ECE in percent."),
         table_block(_header(), _body(table), numeric_from=2),
         Heading(2, "What the rows hold"),
-        Bullets(tuple(coverage_lines(rows, planned_benchmarks(study)))),
+        Bullets(tuple([*coverage_lines(rows, planned), *left_out])),
         Heading(2, "What the rows show and what they cannot"),
         Paragraph(f"{len(runs)} benchmark(s), {runs_text(int(runs.min()), int(runs.max()))} each (5 splits x 1 "
                   "initialisation x 3 folds where complete). The intervals resample whole splits, so with 5 splits "
@@ -358,4 +383,4 @@ def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title
 __all__ = ["ALPHA", "ANSWER_COLUMNS", "KindRows", "REFERENCE", "TABLE_COLUMNS", "answer_block", "answer_bullets",
            "answer_sentence", "answer_table", "build_shift_report", "interval_cell",
            "mean_with_interval", "p_text", "runs_text",
-           "coverage_lines", "graph_aware", "paired", "planned_benchmarks", "read_kind_rows", "shift_table", "significant"]
+           "complete_calibrators", "coverage_lines", "graph_aware", "paired", "planned_benchmarks", "read_kind_rows", "shift_table", "significant"]

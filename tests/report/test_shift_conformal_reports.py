@@ -15,6 +15,7 @@ from simcalib.report.shift import (
     answer_sentence,
     answer_table,
     build_shift_report,
+    complete_calibrators,
     read_kind_rows,
     shift_table,
 )
@@ -98,6 +99,19 @@ def test_the_shift_answer_is_one_row_per_calibrator_over_the_benchmarks_and_its_
     summary = (tmp_path / "out" / "summary.md").read_text()  # the answer alone, for a README to embed
     assert summary.startswith("Over 1 benchmark(s)") and "| GATS | 1 | 1.0 |" in summary
     assert summary in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_calibrator_with_a_planned_run_missing_is_left_out_and_named():
+    rows = pd.DataFrame(_shift_rows()).assign(folder="Cora_GCN_popularity")
+    partial = rows[~((rows["calibrator"] == "GATS") & (rows["split"] == 4))]  # GATS: 12 of 15 runs
+    planned = pd.DataFrame({"folder": ["Cora_GCN_popularity"], "calibrators": [["UnCal", "TS", "GATS", "Worse"]],
+                            "runs": [15]})
+    kept, lines = complete_calibrators(partial, planned)
+    assert set(kept["calibrator"]) == {"UnCal", "TS", "Worse"} and len(kept) == 45
+    assert lines == ["`Cora_GCN_popularity`: GATS with at most 12 of 15 runs; left out until complete"]
+    same, none = complete_calibrators(rows, planned)
+    assert same is rows and none == []  # every calibrator complete: every row
+    assert complete_calibrators(partial, None)[0] is partial  # without a study file: every row
 
 
 def test_a_shift_report_without_rows_writes_nothing(tmp_path):
