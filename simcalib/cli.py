@@ -17,21 +17,27 @@ from pathlib import Path
 from simcalib.errors import SimCalibError
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, commands: bool = True) -> argparse.ArgumentParser:
     """The CLI's parser: with ``command``, only the module that declares it in its ``COMMANDS`` registers (a
     command's parser may import what its help lists, e.g. ``benchmark`` the calibrators), so another command
     starts without those imports; without it (``simcalib --help``), or for a name no module declares, every
-    module registers."""
+    module registers; with ``commands=False``, none (the top level's own options only)."""
     from simcalib.commands import COMMAND_MODULES
 
     parser = argparse.ArgumentParser(prog="simcalib", description="GNN calibration: SimCalib and the GATS-protocol benchmark")
     parser.add_argument("--version", action="version", version=f"simcalib {simcalib_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    modules = [importlib.import_module(name) for name in COMMAND_MODULES]
+    modules = [importlib.import_module(name) for name in COMMAND_MODULES] if commands else []
     owner = [module for module in modules if command in module.COMMANDS]
     for module in owner or modules:
         module.register(sub)
     return parser
+
+
+def _parser_for(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser ``argv`` needs: ``simcalib --version`` alone registers no command (it prints and exits)."""
+    version_only = bool(argv) and all(arg == "--version" for arg in argv)
+    return build_parser(invoked_command(argv), commands=not version_only)
 
 
 def invoked_command(argv: list[str]) -> str | None:
@@ -65,7 +71,7 @@ def quiet_environment() -> None:
 def main(argv: list[str] | None = None) -> int:
     quiet_environment()
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(invoked_command(argv)).parse_args(argv)
+    args = _parser_for(argv).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except SimCalibError as exc:
