@@ -8,7 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simcalib.report.conformal import answer_bullets, calibration_and_size, conformal_table
+from simcalib.report.conformal import (
+    answer_bullets,
+    calibration_and_size,
+    conformal_table,
+    coverage_off,
+    expected_coverage,
+)
 from simcalib.report.conformal import answer_sentence as conformal_answer_sentence
 from simcalib.report.conformal import answer_table as conformal_answer_table
 from simcalib.report.shift import (
@@ -131,7 +137,18 @@ def test_the_conformal_table_and_the_calibration_set_size_correlation():
     (answer,) = answer_bullets(table, calibration_and_size(table))
     assert "smaller than TS's: none, larger: Good, UnCal" in answer
     # coverage 0.907 on every run of every calibrator: above 0.9 beyond its interval, said so
-    assert "interval beside 1 - alpha: TS (APS, 0.907)" in answer
+    assert "expected 0.900; mean coverage with a 95% interval beside it: TS (APS, 0.907)" in answer
+
+
+def test_coverage_is_held_against_split_conformals_expected_coverage_with_the_runs_quantile_nodes():
+    # with n = 20 quantile nodes split conformal covers ceil(21 * 0.9) / 21 = 19/21 = 0.905 in expectation, not 0.9
+    table = conformal_table(pd.DataFrame(_conformal_rows()).assign(n_quantile=20))
+    assert table["coverage_expected"].tolist() == pytest.approx([19 / 21] * 3)
+    assert not coverage_off(table).any()  # 0.907, interval about [0.903, 0.911]: beside 0.9, not beside 0.905
+    (answer,) = answer_bullets(table, calibration_and_size(table))
+    assert "the 95% interval of every calibrator's mean coverage holds its expected value" in answer
+    assert expected_coverage(pd.DataFrame({"n_quantile": [99]}), 0.1) == pytest.approx(90 / 100)  # exact rank
+    assert expected_coverage(pd.DataFrame({"x": [1]}), 0.05) == pytest.approx(0.95)  # no n_quantile: 1 - alpha
 
 
 def test_the_conformal_answer_ranks_set_sizes_per_calibrator_and_counts_cells_against_ts(tmp_path):
