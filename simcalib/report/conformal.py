@@ -150,13 +150,13 @@ def _cell_name(score: str, alpha: float) -> str:
     return f"{score} @ {alpha:g}"
 
 
-def answer_table(table: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
+def answer_table(table: pd.DataFrame) -> pd.DataFrame:
     """One row per calibrator over the benchmarks of ``table``: ``benchmarks``, ``ece_rank`` (mean rank of its mean
     ECE among the calibrators of a benchmark, 1 = lowest, ties averaged), one mean set-size rank per score and
     alpha (columns ``size_rank <score> @ <alpha>``), on how many benchmark-score-alpha cells its sets are
-    significantly ``smaller`` and ``larger`` than ``reference``'s (of ``cells``), and on how many the 95% interval
-    of its mean coverage excludes the expected coverage (``coverage_off``, :func:`coverage_off`); ordered by the
-    first size rank."""
+    significantly ``smaller`` and ``larger`` than the reference's (:func:`conformal_table`'s tests; of ``cells``),
+    and on how many the 95% interval of its mean coverage excludes the expected coverage (``coverage_off``,
+    :func:`coverage_off`); ordered by the first size rank."""
     if table.empty:
         return pd.DataFrame(columns=["calibrator", "benchmarks", "ece_rank"])
     cells = [*BENCHMARK, "score", "alpha"]

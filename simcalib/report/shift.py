@@ -199,10 +199,10 @@ ANSWER_COLUMNS = ["calibrator", "benchmarks", "ood_ece_rank", "id_ece_rank", "oo
                   "id_above", "kept", "shift_ece_mean"]
 
 
-def answer_table(table: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
+def answer_table(table: pd.DataFrame) -> pd.DataFrame:
     """One row per calibrator over the benchmarks of ``table`` (:data:`ANSWER_COLUMNS`): its mean rank of mean OOD
     and of mean ID ECE (1 = the lowest of the calibrators on a benchmark, ties averaged), on how many benchmarks
-    its OOD and its ID ECE are significantly below and above ``reference``'s, on how many below on both
+    its OOD and its ID ECE are significantly below and above the reference's (:func:`shift_table`'s tests), on how many below on both
     (``kept``), and its mean OOD - ID ECE; ordered by the OOD rank."""
     if table.empty:
         return pd.DataFrame(columns=ANSWER_COLUMNS)
