@@ -40,6 +40,7 @@ from simcalib.calibrators.autocal import DEFAULT_CANDIDATES
 from simcalib.errors import DataMissingError
 from simcalib.report.bootstrap import mean_interval
 from simcalib.report.render import Heading, Paragraph, table_block, write_report
+from simcalib.report.summary import write_summary
 
 AUTOCAL = "AutoCal"
 UNCALIBRATED = "UnCal"
@@ -360,9 +361,7 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
                   "do as well elsewhere, and a benchmark is one graph and one backbone."),
     ]
     write_report(blocks, out, title)
-    from simcalib.report.render import to_markdown
-
-    (out / "summary.md").write_text(to_markdown(summary_blocks))
+    write_summary(summary_blocks, out)
     return out / "report.md"
 
 

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from simcalib.report.render import Bullets, Heading, Paragraph, table_block, to_markdown, write_report
+from simcalib.report.render import Bullets, Heading, Paragraph, table_block, write_report
 from simcalib.report.shift import (
     PAIR_KEYS,
     complete_calibrators,
@@ -45,6 +45,7 @@ from simcalib.report.shift import (
     runs_text,
 )
 from simcalib.report.stats import holm, wilcoxon_pvalue
+from simcalib.report.summary import write_summary
 
 REFERENCE = "TS"
 ALPHA = 0.05  # significance level of the tests (not a conformal alpha)
@@ -188,10 +189,10 @@ def answer_sentence(table: pd.DataFrame, answer: pd.DataFrame, correlation: pd.D
     rank per score at the largest alpha, the calibrators with sets significantly smaller than ``reference``'s
     somewhere, and how often lower ECE goes with smaller sets over the calibrators of a cell."""
     benchmarks = table[BENCHMARK].drop_duplicates().shape[0]
-    ranks = [c for c in answer.columns if c.startswith("size_rank ")]
-    alpha = max(float(c.rsplit("@ ", 1)[1]) for c in ranks)
-    best = [f"{c.removeprefix('size_rank ')}: {answer.loc[answer[c].idxmin(), 'calibrator']} "
-            f"({answer[c].min():.1f})" for c in ranks if c.endswith(f"@ {alpha:g}")]
+    alpha = float(table["alpha"].max())
+    cells_at = [_cell_name(score, alpha) for score in table.loc[table["alpha"] == alpha, "score"].unique()]
+    best = [f"{cell}: {answer.loc[answer[f'size_rank {cell}'].idxmin(), 'calibrator']} "
+            f"({answer[f'size_rank {cell}'].min():.1f})" for cell in cells_at]
     smaller = answer[(answer["smaller"] > 0) & (answer["calibrator"] != reference)]
     larger = answer[(answer["larger"] > 0) & (answer["calibrator"] != reference)]
     cells = int(answer["cells"].max())
@@ -255,7 +256,7 @@ def build_conformal_report(results: str | os.PathLike, out: str | os.PathLike, t
                          "its mean coverage excludes the coverage split conformal gives in expectation with the run's "
                          "n quantile nodes, ceil((n + 1)(1 - alpha)) / (n + 1), at least 1 - alpha (by chance in about "
                          "1 of 20).")]
-    (out / "summary.md").write_text(to_markdown(summary))
+    write_summary(summary, out)
     blocks = [Heading(1, title)]
     if regenerate:
         blocks.append(Paragraph(f"Rendered from the committed rows by {regenerate}; the rows come from "

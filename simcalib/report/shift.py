@@ -35,8 +35,9 @@ import pandas as pd
 
 from simcalib.errors import DataCorruptError
 from simcalib.report.bootstrap import mean_interval
-from simcalib.report.render import Bullets, Heading, Paragraph, table_block, to_markdown, write_report
+from simcalib.report.render import Bullets, Heading, Paragraph, table_block, write_report
 from simcalib.report.stats import holm, wilcoxon_pvalue
+from simcalib.report.summary import write_summary
 from simcalib.store.integrity import check_results
 from simcalib.store.results_store import read_results
 
@@ -202,8 +203,8 @@ ANSWER_COLUMNS = ["calibrator", "benchmarks", "ood_ece_rank", "id_ece_rank", "oo
 def answer_table(table: pd.DataFrame) -> pd.DataFrame:
     """One row per calibrator over the benchmarks of ``table`` (:data:`ANSWER_COLUMNS`): its mean rank of mean OOD
     and of mean ID ECE (1 = the lowest of the calibrators on a benchmark, ties averaged), on how many benchmarks
-    its OOD and its ID ECE are significantly below and above the reference's (:func:`shift_table`'s tests), on how many below on both
-    (``kept``), and its mean OOD - ID ECE; ordered by the OOD rank."""
+    its OOD and its ID ECE are significantly below and above the reference's (:func:`shift_table`'s tests), on
+    how many below on both (``kept``), and its mean OOD - ID ECE; ordered by the OOD rank."""
     if table.empty:
         return pd.DataFrame(columns=ANSWER_COLUMNS)
     ranked = table.assign(
@@ -347,7 +348,7 @@ def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title
                          f"OOD and on the ID test nodes (1 = lowest); on how many benchmarks its ECE is significantly "
                          f"below / above {REFERENCE}'s (Wilcoxon over paired runs, Holm over every calibrator and "
                          f"benchmark, p < {ALPHA}); its mean OOD - ID ECE (percentage points; the shift's cost).")]
-    (out / "summary.md").write_text(to_markdown(summary))
+    write_summary(summary, out)
     blocks = [Heading(1, title)]
     if regenerate:
         blocks.append(Paragraph(f"Rendered from the committed rows by {regenerate}; the rows come from "
