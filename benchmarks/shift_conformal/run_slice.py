@@ -5,7 +5,8 @@ study flow later computes only what is missing), the runs' rows for the chosen c
 :func:`simcalib.experiment.node_runs.evaluate_run` and appended to the plan's ``results.csv`` under ``--out`` with
 the ledger's rule (:meth:`~simcalib.experiment.ledger.BenchmarkLedger.accept`), one run at a time; rows already
 there are not computed again. ``--budget-minutes`` (CPU minutes of this process) and ``--stop-at`` (a UTC time)
-stop it between runs; a stopped slice resumes from its rows.
+stop it between runs; Ctrl-C or SIGTERM stops it at once, losing only the run in flight. A stopped slice resumes
+from its rows.
 ``<out>/provenance.yaml`` records the command, code commit, dates, machine and the rows per benchmark.
 
     python benchmarks/shift_conformal/run_slice.py --study study/conformal.yaml --out reports/conformal/results \
@@ -18,6 +19,7 @@ import argparse
 import datetime as dt
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -50,6 +52,47 @@ def _write_provenance(out: Path, args: argparse.Namespace, record: dict) -> None
     path.write_text(yaml.safe_dump(data, sort_keys=False, width=120))
 
 
+def _compute(plan, args: argparse.Namespace, counts: dict, cpu0: float) -> str | None:
+    """Compute the chosen calibrators' missing rows run by run, filling ``counts`` per benchmark; the reason it
+    stopped early (budget, stop time, interruption), or None when every chosen row is there."""
+    from simcalib.experiment.ledger import read_ledger
+    from simcalib.experiment.node_runs import evaluate_run
+    from simcalib.store.results_store import append_rows, check_results_file
+
+    stopped = None
+    for benchmark in plan.benchmarks:
+        chosen = [c for c in (args.calibrators or benchmark.calibrator_names) if c in benchmark.calibrator_names]
+        added = 0
+        try:
+            check_results_file(benchmark.out_dir / "results.csv", benchmark.planned_runs(), benchmark.definitions())
+            ledger = read_ledger(benchmark)
+            for run in benchmark.runs:
+                todo = [c for c in ledger.todo(run) if c in chosen]
+                if not todo:
+                    continue
+                if args.budget_minutes is not None and time.process_time() - cpu0 > 60 * args.budget_minutes:
+                    stopped = (f"budget of {args.budget_minutes:g} CPU minutes reached before "
+                               f"{benchmark.name} {run.tag()}")
+                    break
+                if args.stop_at is not None and _now()[11:16] >= args.stop_at:
+                    stopped = f"stop time {args.stop_at} UTC reached before {benchmark.name} {run.tag()}"
+                    break
+                t = time.perf_counter()
+                rows = evaluate_run(benchmark, run, todo)
+                append_rows(ledger.results, ledger.accept(rows))
+                added += len(rows)
+                print(f"{benchmark.name} {run.tag()}: {len(rows)} rows in {time.perf_counter() - t:.1f} s", flush=True)
+        except KeyboardInterrupt:
+            stopped = f"interrupted in {benchmark.name}: the rows of the run in flight are not written"
+        ledger = read_ledger(benchmark)
+        whole = sum(1 for r in benchmark.runs if all(c in ledger.done.get(r, ()) for c in chosen))
+        counts[benchmark.out_dir.name] = {"runs_with_all_chosen_calibrators": whole, "runs_planned": len(benchmark.runs),
+                                          "rows_added": added}
+        if stopped:
+            break
+    return stopped
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", required=True)
@@ -65,11 +108,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from simcalib.experiment.ledger import read_ledger
-    from simcalib.experiment.node_runs import evaluate_run
+    from simcalib.commands.common import sigterm_as_interrupt
     from simcalib.experiment.plan import plan_study
     from simcalib.experiment.study import load_study
-    from simcalib.store.results_store import append_rows, check_results_file
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -79,33 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     start, started, commit = time.perf_counter(), _now(), _commit()  # the code the rows are computed with
     cpu0 = time.process_time()
     counts: dict[str, dict] = {}
-    stopped = None
-    for benchmark in plan.benchmarks:
-        chosen = [c for c in (args.calibrators or benchmark.calibrator_names) if c in benchmark.calibrator_names]
-        check_results_file(benchmark.out_dir / "results.csv", benchmark.planned_runs(), benchmark.definitions())
-        ledger = read_ledger(benchmark)
-        added = 0
-        for run in benchmark.runs:
-            todo = [c for c in ledger.todo(run) if c in chosen]
-            if not todo:
-                continue
-            if args.budget_minutes is not None and time.process_time() - cpu0 > 60 * args.budget_minutes:
-                stopped = f"budget of {args.budget_minutes:g} CPU minutes reached before {benchmark.name} {run.tag()}"
-                break
-            if args.stop_at is not None and _now()[11:16] >= args.stop_at:
-                stopped = f"stop time {args.stop_at} UTC reached before {benchmark.name} {run.tag()}"
-                break
-            t = time.perf_counter()
-            rows = evaluate_run(benchmark, run, todo)
-            append_rows(ledger.results, ledger.accept(rows))
-            added += len(rows)
-            print(f"{benchmark.name} {run.tag()}: {len(rows)} rows in {time.perf_counter() - t:.1f} s", flush=True)
-        ledger = read_ledger(benchmark)
-        whole = sum(1 for r in benchmark.runs if all(c in ledger.done.get(r, ()) for c in chosen))
-        counts[benchmark.out_dir.name] = {"runs_with_all_chosen_calibrators": whole, "runs_planned": len(benchmark.runs),
-                                          "rows_added": added}
-        if stopped:
-            break
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's `cmd &` starts it with SIGINT ignored
+    with sigterm_as_interrupt():
+        stopped = _compute(plan, args, counts, cpu0)
     record = {"command": " ".join([os.path.relpath(sys.argv[0]) if argv is None else "run_slice.py",
                                    *(sys.argv[1:] if argv is None else argv)]),
               "code_commit": commit, "started": started, "finished": _now(),
