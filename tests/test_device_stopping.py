@@ -120,9 +120,14 @@ def test_batched_backbones_do_not_depend_on_the_check_interval(sbm_graph):
     each = train_backbones_batched(sbm_graph, folds, [1, 2, 3], config, device="cpu", check_every=1)
     sparse = train_backbones_batched(sbm_graph, folds, [1, 2, 3], config, device="cpu", check_every=5)
     assert any(out.epochs < config.max_epochs for out in each)  # a model left the batch early
+    # A stopped model leaves the batch at the next host read, so the two runs compute batches of other widths for
+    # a few epochs; some CPU models sum those in another order (the last float32 bits of val_nll moved by 7e-9 on
+    # one): the decisions must be equal, the numbers equal up to that rounding.
     for a, b in zip(each, sparse):
-        assert (a.best_epoch, a.epochs, a.val_accuracy, a.val_nll) == (b.best_epoch, b.epochs, b.val_accuracy, b.val_nll)
-        assert torch.equal(a.logits, b.logits) and torch.equal(a.hidden, b.hidden)
+        assert (a.best_epoch, a.epochs, a.val_accuracy) == (b.best_epoch, b.epochs, b.val_accuracy)
+        assert a.val_nll == pytest.approx(b.val_nll, rel=1e-5)
+        assert torch.allclose(a.logits, b.logits, rtol=1e-4, atol=1e-5)
+        assert torch.allclose(a.hidden, b.hidden, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("check_every", [1, 6])

@@ -228,7 +228,9 @@ def train_backbones_batched(
     (e.g. to cache it at once). ``models_per_batch`` trains consecutive groups of at most that many models
     one group after another (on CPU, a batch wider than the cache is slower per model than a narrow one).
     ``check_every``: epochs between two host reads of the stopping state (default
-    :func:`~simcalib.early_stopping.check_interval`: 1 on CPU); any value gives the same outputs on CPU.
+    :func:`~simcalib.early_stopping.check_interval`: 1 on CPU); any value gives the same stopping decisions on CPU,
+    and the same outputs up to float rounding: a stopped model leaves the batch at the next host read, and a
+    batch of another width may be summed in another order (bit-identical on some CPU models, not on all).
     Returns one :class:`BackboneOutput` per model, in the order of ``seeds``."""
     if len(folds) != len(seeds) or not seeds:
         raise ValueError("train_backbones_batched needs one (train_idx, val_idx) per seed, and at least one")

@@ -10,9 +10,11 @@ and the version to bump; after the bump, write the file again:
 
     python tests/calibrators/test_pinned_numbers.py --write
 
-Tolerance: 1e-6 relative (and 1e-9 absolute, for probabilities near 0). The fits run in float32 on one torch
-thread and are bit-identical from run to run on one machine; 1e-6 is a few float32 ulps (2^-23 = 1.2e-7), so
-the test ignores a change of summation order that moves the last bits, and catches any change of a model.
+Tolerance: 1e-4 relative (and 1e-6 absolute, for probabilities near 0). The fits run in float32 on one torch
+thread and are bit-identical from run to run on one machine; on another CPU model the vector kernels sum in
+another order and an iterative fit drifts in its last bits (GATS: 2.5e-8 on a probability of 0.009, 3e-6
+relative, between two CPU models). The tolerance ignores that drift and catches a change of a model, which
+moves these numbers by orders of magnitude more.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from graph_fixtures import tiny_graph  # noqa: E402
 
 PINNED = Path(__file__).with_name("pinned_numbers.json")
 NODES = range(0, 48, 6)  # the nodes whose probabilities are pinned (labelled and unlabelled ones)
-RTOL, ATOL = 1e-6, 1e-9
+RTOL, ATOL = 1e-4, 1e-6
 SEED = 20260101
 
 
