@@ -71,6 +71,10 @@ class BenchmarkLedger:
     def runs_left(self) -> list[Run]:
         return [run for run in self.plan.runs if self.todo(run)]
 
+    def runs_with(self, calibrator: str) -> int:
+        """The plan's runs with a row of ``calibrator`` under the plan's definition."""
+        return sum(1 for run in self.plan.runs if calibrator in self.done.get(run, ()))
+
     @property
     def runs_complete(self) -> int:
         """The plan's runs with a row of every planned calibrator."""

@@ -15,6 +15,12 @@ far each is::
     Pubmed GCN: 37 of 75 runs; Pubmed GAT: not started; left out until complete (study/offline.yaml: ...)
 
 "N of R runs" counts the runs with a row of every planned calibrator (:attr:`BenchmarkLedger.runs_complete`).
+
+The kind reports (shift, conformal) read slices that compute some calibrators of a benchmark before others, so
+they apply the same ledger per calibrator (:func:`complete_calibrators`): a planned calibrator enters a benchmark's
+tables once it has a row of the plan's definition on every planned run of that benchmark, and is named until then::
+
+    `Photo_GAT`: GATS, TS with at most 7 of 15 runs; left out until complete
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import pandas as pd
 
 from simcalib.errors import ConfigError
 from simcalib.experiment.ledger import BenchmarkLedger, ledger_of
+from simcalib.experiment.plan import StudyPlan
 from simcalib.report.results import StudyResults
 from simcalib.store.integrity import comparable_rate
 
@@ -82,8 +89,8 @@ class Completeness:
         return mask
 
 
-def study_completeness(study_file: str | os.PathLike, rows: pd.DataFrame) -> Completeness:
-    """The ledgers of the protocol benchmarks that the study file ``study_file`` plans, over ``rows``."""
+def study_plan(study_file: str | os.PathLike) -> StudyPlan:
+    """The plan of the study file ``study_file``, made without the data (runs, seeds and calibrator digests)."""
     from simcalib.experiment.plan import plan_study
     from simcalib.experiment.study import load_study
 
@@ -91,8 +98,38 @@ def study_completeness(study_file: str | os.PathLike, rows: pd.DataFrame) -> Com
     if not path.is_file():
         raise ConfigError(f"study file {path} does not exist; name the study whose results the report reads "
                           "(e.g. study/offline.yaml)")
-    plan = plan_study(load_study(path), data=False)
+    return plan_study(load_study(path), data=False)
+
+
+def study_completeness(study_file: str | os.PathLike, rows: pd.DataFrame) -> Completeness:
+    """The ledgers of the protocol benchmarks that the study file ``study_file`` plans, over ``rows``."""
+    plan = study_plan(study_file)
     return Completeness(str(study_file), tuple(ledger_of(b, rows) for b in plan.benchmarks if b.kind == "protocol"))
+
+
+def complete_calibrators(rows: pd.DataFrame, plan: StudyPlan | None) -> tuple[pd.DataFrame, list[str]]:
+    """``rows`` (results rows, each with its results ``folder``) less the rows of every calibrator that ``plan``
+    plans for the folder's benchmark and that the benchmark's ledger finds on fewer than all planned runs, and one
+    line per folder naming them (calibrators without any row are not named; nothing is left out without ``plan``)."""
+    if plan is None or rows.empty:
+        return rows, []
+    drop, lines = np.zeros(len(rows), dtype=bool), []
+    folders = rows["folder"].to_numpy()
+    for benchmark in sorted(plan.benchmarks, key=lambda b: b.out_dir.name):
+        folder = benchmark.out_dir.name
+        ours = folders == folder
+        if not ours.any():
+            continue
+        ledger = ledger_of(benchmark, rows[ours])
+        present = set(rows.loc[ours, "calibrator"])
+        short = {name: ledger.runs_with(name) for name in benchmark.calibrator_names
+                 if name in present and ledger.runs_with(name) < len(benchmark.runs)}
+        if not short:
+            continue
+        drop |= ours & rows["calibrator"].isin(short).to_numpy()
+        lines.append(f"`{folder}`: {', '.join(sorted(short))} with at most {max(short.values())} of "
+                     f"{len(benchmark.runs)} runs; {LEFT_OUT}")
+    return (rows[~drop], lines) if drop.any() else (rows, lines)
 
 
 def study_files(study: str | os.PathLike | Sequence[str | os.PathLike] | None) -> list[str | os.PathLike]:
@@ -119,4 +156,5 @@ def complete_only(results: StudyResults,
     return replace(results, rows=rows, predictions=predictions, notes=list(results.notes), left_out="; ".join(line for line in lines if line))
 
 
-__all__ = ["LEFT_OUT", "Completeness", "benchmark_label", "complete_only", "progress", "study_completeness", "study_files"]
+__all__ = ["LEFT_OUT", "Completeness", "benchmark_label", "complete_calibrators", "complete_only", "progress",
+           "study_completeness", "study_files", "study_plan"]

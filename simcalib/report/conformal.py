@@ -15,7 +15,7 @@ Per benchmark (dataset, backbone), score (APS, RAPS, DAPS) and :math:`\alpha`, f
   nominal coverage; the coverage columns show how close to it each one is.
 
 With the study file, a calibrator whose rows miss a planned run of a benchmark is left out of it and named
-(:func:`simcalib.report.shift.complete_calibrators`).
+(:func:`simcalib.report.completeness.complete_calibrators`).
 
 Shapes: the rows carry ``<score>_<metric>@<alpha>`` columns (:func:`simcalib.conformal.conformal_metrics`);
 :func:`conformal_table` gives one row per benchmark, score, alpha and calibrator (:data:`TABLE_COLUMNS`).
@@ -34,13 +34,12 @@ from scipy import stats as scipy_stats
 from simcalib.report.render import Bullets, Heading, Paragraph, table_block, write_report
 from simcalib.report.shift import (
     PAIR_KEYS,
-    complete_calibrators,
     coverage_lines,
     interval_cell,
     mean_with_interval,
     p_text,
     paired,
-    planned_benchmarks,
+    planned_rows,
     read_kind_rows,
     runs_text,
 )
@@ -235,8 +234,7 @@ def build_conformal_report(results: str | os.PathLike, out: str | os.PathLike, t
     ``summary.md`` (the answer alone, for a README to embed) under ``out`` from the results folders below
     ``results``; None (nothing written) when there are no rows."""
     kind_rows = read_kind_rows(results, ["dataset", "backbone", "calibrator", "split", "init", "fold", "ece"])
-    planned = planned_benchmarks(study)
-    rows, left_out = complete_calibrators(kind_rows.rows, planned)
+    rows, planned, left_out = planned_rows(kind_rows, study)
     if rows.empty or not score_alphas(rows.columns):
         return None
     out = Path(out)

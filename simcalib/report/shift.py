@@ -17,7 +17,8 @@ test nodes. The answer is one row per calibrator over the benchmarks (:func:`ans
 and ID test nodes, benchmarks below and above TS), then, per benchmark, the calibrators below and above TS.
 
 With the study file, a calibrator whose rows miss a run the study plans for a benchmark is left out of that
-benchmark's tables and named (:func:`complete_calibrators`): a slice in progress enters once complete.
+benchmark's tables and named (:func:`simcalib.report.completeness.complete_calibrators`, the study's ledger per
+calibrator): a slice in progress enters once complete.
 
 Shapes: the rows are results rows with the columns ``id_<metric>``, ``ood_<metric>`` (:data:`SHIFT_METRICS`),
 ``shift_property``; :func:`shift_table` gives one row per benchmark and calibrator (:data:`TABLE_COLUMNS`).
@@ -29,6 +30,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -40,6 +42,9 @@ from simcalib.report.stats import holm, wilcoxon_pvalue
 from simcalib.report.summary import write_summary
 from simcalib.store.integrity import check_results
 from simcalib.store.results_store import read_results
+
+if TYPE_CHECKING:
+    from simcalib.experiment.plan import StudyPlan
 
 REFERENCE = "TS"
 ALPHA = 0.05
@@ -292,37 +297,23 @@ def coverage_lines(rows: pd.DataFrame, planned: pd.DataFrame | None) -> list[str
     return lines
 
 
-def complete_calibrators(rows: pd.DataFrame, planned: pd.DataFrame | None) -> tuple[pd.DataFrame, list[str]]:
-    """``rows`` less, per results folder that ``planned`` plans, the calibrators whose rows miss a planned run, and a
-    line naming each folder and calibrator left out (none without ``planned``): a slice in progress enters the
-    tables once every run of a calibrator is there, as the headline's benchmarks do."""
-    if planned is None or rows.empty:
-        return rows, []
-    runs_of = dict(zip(planned["folder"], planned["runs"]))
-    counts = rows.drop_duplicates(["folder", "calibrator", *PAIR_KEYS]).groupby(["folder", "calibrator"]).size()
-    short = {key: n for key, n in counts.items() if key[0] in runs_of and n < runs_of[key[0]]}
-    if not short:
-        return rows, []
-    keep = ~pd.Series(list(zip(rows["folder"], rows["calibrator"])), index=rows.index).isin(short)
-    lines = []
-    for folder in sorted({f for f, _ in short}):
-        names = sorted(c for f, c in short if f == folder)
-        have = max(short[(folder, c)] for c in names)
-        lines.append(f"`{folder}`: {', '.join(names)} with at most {have} of {runs_of[folder]} runs; left out until "
-                     "complete")
-    return rows[keep], lines
-
-
-def planned_benchmarks(study: str | os.PathLike | None) -> pd.DataFrame | None:
-    """The benchmarks a study file plans (folder, calibrators, runs), without loading data; None without a file."""
-    if study is None:
+def planned_benchmarks(plan: StudyPlan | None) -> pd.DataFrame | None:
+    """The benchmarks ``plan`` plans (folder, calibrators, runs); None without a plan."""
+    if plan is None:
         return None
-    from simcalib.experiment.plan import plan_study
-    from simcalib.experiment.study import load_study
-
-    plan = plan_study(load_study(study), data=False)
     return pd.DataFrame([{"folder": b.out_dir.name, "calibrators": b.calibrator_names, "runs": len(b.runs)}
                          for b in plan.benchmarks])
+
+
+def planned_rows(kind_rows: KindRows, study: str | os.PathLike | None) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
+    """The rows a kind report shows (:func:`~simcalib.report.completeness.complete_calibrators` under the plan of
+    the study file ``study``), the benchmarks it plans (:func:`planned_benchmarks`) and the lines naming what is
+    left out; without a study file every row, no plan, no lines."""
+    from simcalib.report.completeness import complete_calibrators, study_plan
+
+    plan = study_plan(study) if study is not None else None
+    rows, left_out = complete_calibrators(kind_rows.rows, plan)
+    return rows, planned_benchmarks(plan), left_out
 
 
 def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title: str,
@@ -332,8 +323,7 @@ def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title
     are no rows."""
     kind_rows = read_kind_rows(results, ["dataset", "backbone", "calibrator", "split", "init", "fold",
                                          "shift_property", "id_ece", "ood_ece", "id_nll", "ood_nll"])
-    planned = planned_benchmarks(study)
-    rows, left_out = complete_calibrators(kind_rows.rows, planned)
+    rows, planned, left_out = planned_rows(kind_rows, study)
     if rows.empty:
         return None
     out = Path(out)
@@ -384,4 +374,5 @@ def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title
 __all__ = ["ALPHA", "ANSWER_COLUMNS", "KindRows", "REFERENCE", "TABLE_COLUMNS", "answer_block", "answer_bullets",
            "answer_sentence", "answer_table", "build_shift_report", "interval_cell",
            "mean_with_interval", "p_text", "runs_text",
-           "complete_calibrators", "coverage_lines", "graph_aware", "paired", "planned_benchmarks", "read_kind_rows", "shift_table", "significant"]
+           "coverage_lines", "graph_aware", "paired", "planned_benchmarks", "planned_rows", "read_kind_rows", "shift_table",
+           "significant"]

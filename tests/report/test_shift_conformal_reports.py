@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
+from simcalib.report.completeness import complete_calibrators, study_plan
 from simcalib.report.conformal import (
     answer_bullets,
     calibration_and_size,
@@ -21,10 +23,10 @@ from simcalib.report.shift import (
     answer_sentence,
     answer_table,
     build_shift_report,
-    complete_calibrators,
     read_kind_rows,
     shift_table,
 )
+from simcalib.store.integrity import CALIBRATOR_DIGEST_COLUMN
 from simcalib.store.results_store import append_rows
 
 RUNS = [(s, 0, f) for s in range(5) for f in range(3)]
@@ -107,17 +109,43 @@ def test_the_shift_answer_is_one_row_per_calibrator_over_the_benchmarks_and_its_
     assert summary in (tmp_path / "out" / "report.md").read_text()
 
 
-def test_a_calibrator_with_a_planned_run_missing_is_left_out_and_named():
-    rows = pd.DataFrame(_shift_rows()).assign(folder="Cora_GCN_popularity")
+def _planned_shift_rows(tmp_path):
+    """The rows of ``_shift_rows`` keyed as the plan of a one-benchmark shift study keys them (its seeds and
+    calibrator digests; ``Worse`` played by VS), and that plan."""
+    study = tmp_path / "shift.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "shift", "seed": 10, "benchmarks": {"datasets": ["Cora"], "backbones": ["GCN"]},
+        "calibrators": ["UnCal", "TS", "GATS", "VS"], "runs": {"splits": 5, "inits": 1, "folds": 3,
+                                                                "generated_splits": True},
+        "shift": {"properties": ["popularity"], "id_fraction": 0.5}, "output": str(tmp_path / "results")}))
+    plan = study_plan(study)
+    benchmark = plan.benchmarks[0]
+    seeds = {(r.split, r.init, r.fold): seed for r, seed in zip(benchmark.runs, benchmark.seeds)}
+    rows = pd.DataFrame(_shift_rows()).replace({"calibrator": {"Worse": "VS"}}).assign(folder=benchmark.out_dir.name)
+    rows["seed"] = [seeds[key] for key in zip(rows["split"], rows["init"], rows["fold"])]
+    rows[CALIBRATOR_DIGEST_COLUMN] = [benchmark.calibrator(c).digest for c in rows["calibrator"]]
+    return rows, plan
+
+
+def test_a_calibrator_with_a_planned_run_missing_is_left_out_and_named(tmp_path):
+    rows, plan = _planned_shift_rows(tmp_path)
+    assert rows["folder"].iloc[0] == "Cora_GCN_popularity"
     partial = rows[~((rows["calibrator"] == "GATS") & (rows["split"] == 4))]  # GATS: 12 of 15 runs
-    planned = pd.DataFrame({"folder": ["Cora_GCN_popularity"], "calibrators": [["UnCal", "TS", "GATS", "Worse"]],
-                            "runs": [15]})
-    kept, lines = complete_calibrators(partial, planned)
-    assert set(kept["calibrator"]) == {"UnCal", "TS", "Worse"} and len(kept) == 45
+    kept, lines = complete_calibrators(partial, plan)
+    assert set(kept["calibrator"]) == {"UnCal", "TS", "VS"} and len(kept) == 45
     assert lines == ["`Cora_GCN_popularity`: GATS with at most 12 of 15 runs; left out until complete"]
-    same, none = complete_calibrators(rows, planned)
+    same, none = complete_calibrators(rows, plan)
     assert same is rows and none == []  # every calibrator complete: every row
     assert complete_calibrators(partial, None)[0] is partial  # without a study file: every row
+
+
+def test_a_row_under_another_definition_does_not_complete_its_calibrator(tmp_path):
+    rows, plan = _planned_shift_rows(tmp_path)
+    stale = (rows["calibrator"] == "TS") & (rows["split"] == 0) & (rows["fold"] == 0)
+    rows.loc[stale, CALIBRATOR_DIGEST_COLUMN] = "0123456789ab"  # TS of that run computed by other code
+    kept, lines = complete_calibrators(rows, plan)
+    assert "TS" not in set(kept["calibrator"]) and len(kept) == 45
+    assert lines == ["`Cora_GCN_popularity`: TS with at most 14 of 15 runs; left out until complete"]
 
 
 def test_a_shift_report_without_rows_writes_nothing(tmp_path):
