@@ -64,7 +64,7 @@ report: install
 # tests collected" (5) fails too.
 TEST_JOBS ?= 4
 test: install chromium
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup --durations=15
 
 # Headless Chromium from Debian's packages, for the browser tests (they are skipped without it).
 chromium:
