@@ -142,7 +142,8 @@ def study_cost(rows: pd.DataFrame, benchmarks: Sequence[tuple[str, str]], calibr
             asked = runs_asked[dataset] if isinstance(runs_asked, Mapping) else runs_asked
             missing_runs = max(asked - with_rows, 0)
             missing_fits = float(np.nansum([max(asked - per_calibrator[n], 0) * fit[n] for n in names]))
-            rest = missing_fits - missing_runs * calib_s  # fits of the runs that have some rows, spread over them
+            # fits of the runs that have some rows, spread over them (none: the difference is float rounding)
+            rest = missing_fits - missing_runs * calib_s if with_rows else 0.0
             tasks = [backbone_s + calib_s] * missing_runs + ([rest / with_rows] * with_rows if rest > 0 else [])
             entry.update(epochs=float(costs["epochs"].mean()), s_per_epoch=float(costs["s_per_epoch"].mean()),
                          backbone_s=backbone_s, run_s=backbone_s + calib_s,

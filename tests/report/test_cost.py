@@ -114,3 +114,23 @@ def test_the_cost_command_reads_backbones_and_fits_and_projects_the_rest(tmp_pat
     assert table.loc[0, "tasks"] == [1.5, 1.5]  # the runs with rows share what they lack
     assert cli.main(["cost", str(tmp_path / "nothing"), "--study", str(study)]) == 2
     assert "no results.csv below" in capsys.readouterr().err
+
+
+def test_a_benchmark_with_a_cached_backbone_and_no_rows_is_projected_whole(tmp_path):
+    """Citeseer GCN: a cached backbone, no rows, its fits projected from Cora's by node count: every planned run
+    is a whole task (its fits summed run by run equal the run's fits times the runs only up to float rounding)."""
+    from simcalib.report.cost import study_cost
+
+    for dataset in ("Cora", "Citeseer"):
+        folder = tmp_path / "cache" / "backbones" / dataset / "GCN"
+        folder.mkdir(parents=True)
+        torch.save({"epochs": 10, "train_seconds": 2.0, "logits": torch.zeros(3, 2)}, folder / "0.pt")
+    rows = pd.DataFrame([{"dataset": "Cora", "backbone": "GCN", "calibrator": name, "split": 0, "init": 0,
+                          "fold": 0, "seed": 0, "fit_seconds": seconds, "backbone_digest": "x"}
+                         for name, seconds in [("TS", 0.1), ("VS", 0.2), ("ETS", 0.7)]])
+    table, projected = study_cost(rows, [("Cora", "GCN"), ("Citeseer", "GCN")], ["TS", "VS", "ETS"], 3,
+                                  tmp_path / "cache", {"Cora": 2708, "Citeseer": 3327})
+    citeseer = table.set_index("dataset").loc["Citeseer"]
+    assert citeseer["with_rows"] == 0 and len(projected) == 3
+    assert citeseer["tasks"] == [pytest.approx(citeseer["run_s"])] * 3
+    assert citeseer["remaining_s"] == pytest.approx(3 * citeseer["run_s"])
