@@ -200,6 +200,11 @@ def run_cost(args: argparse.Namespace) -> int:
     from simcalib.report.cost import makespan, read_results, study_cost
 
     study = load_study(args.study)
+    kinds = [kind for kind in ("shift", "conformal") if getattr(study.spec, kind) is not None]
+    if kinds:
+        raise ConfigError(f"{args.study} declares {' and '.join(kinds)} benchmarks, whose runs and results folders "
+                          "`simcalib cost` does not count (it projects the protocol's dataset x backbone "
+                          "benchmarks); read their cost from the fit_seconds of their rows instead")
     cache = Path(args.cache or study.spec.data.cache_dir or os.environ.get("SIMCALIB_CACHE_DIR") or ".cache/simcalib")
     names = [c.name for c in study.calibrators]
     runs_asked = {dataset: study.runs_per_benchmark(dataset) for dataset, _ in study.benchmarks()}

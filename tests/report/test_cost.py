@@ -134,3 +134,16 @@ def test_a_benchmark_with_a_cached_backbone_and_no_rows_is_projected_whole(tmp_p
     assert citeseer["with_rows"] == 0 and len(projected) == 3
     assert citeseer["tasks"] == [pytest.approx(citeseer["run_s"])] * 3
     assert citeseer["remaining_s"] == pytest.approx(3 * citeseer["run_s"])
+
+
+@pytest.mark.parametrize("study", ["shift", "conformal"])
+def test_the_cost_of_a_shift_or_conformal_study_is_refused_in_one_line(study, capsys):
+    """Those plans have their own runs and results folders (one per shift property), which the projection of
+    dataset x backbone benchmarks would count wrongly: refused, naming what to read instead."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    assert cli.main(["cost", str(root / "reports" / study / "results"), "--study",
+                     str(root / "study" / f"{study}.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"declares {study} benchmarks" in err and "fit_seconds" in err and len(err.splitlines()) == 1
