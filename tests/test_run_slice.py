@@ -43,3 +43,7 @@ def test_sigterm_during_a_run_stops_the_slice_and_records_the_pass(tmp_path, mon
     assert record["stopped"].startswith("interrupted in Cora")
     assert list(record["benchmarks"].values()) == [
         {"runs_with_all_chosen_calibrators": 0, "runs_planned": 2, "rows_added": 0}]
+    names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+             if line.startswith("model name")] if Path("/proc/cpuinfo").is_file() else []
+    if names:  # the CPU model, on which the backbones and so the pairing of the rows depend
+        assert record["machine"]["cpu"] == names[0]

@@ -32,6 +32,16 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _cpu_model() -> str:
+    """The CPU model (``model name`` of /proc/cpuinfo, else the platform's processor string): backbones trained
+    from one seed differ between CPU models, so a pass's rows pair with other rows only on the same model."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -127,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                                    *(sys.argv[1:] if argv is None else argv)]),
               "code_commit": commit, "started": started, "finished": _now(),
               "wall_s": round(time.perf_counter() - start), "cpu_s": round(time.process_time() - cpu0),
-              "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "gpu": None,
+              "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "gpu": None,
                           "torch_threads": args.threads},
               "calibrators": args.calibrators or "all of the study", "benchmarks": counts,
               "stopped": stopped}
