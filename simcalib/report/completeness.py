@@ -122,8 +122,8 @@ def complete_calibrators(rows: pd.DataFrame, plan: StudyPlan | None) -> tuple[pd
             continue
         ledger = ledger_of(benchmark, rows[ours])
         present = set(rows.loc[ours, "calibrator"])
-        short = {name: ledger.runs_with(name) for name in benchmark.calibrator_names
-                 if name in present and ledger.runs_with(name) < len(benchmark.runs)}
+        runs = {name: ledger.runs_with(name) for name in benchmark.calibrator_names if name in present}
+        short = {name: n for name, n in runs.items() if n < len(benchmark.runs)}
         if not short:
             continue
         drop |= ours & rows["calibrator"].isin(short).to_numpy()
