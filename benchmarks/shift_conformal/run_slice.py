@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -30,16 +29,6 @@ import yaml
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _cpu_model() -> str:
-    """The CPU model (``model name`` of /proc/cpuinfo, else the platform's processor string): backbones trained
-    from one seed differ between CPU models, so a pass's rows pair with other rows only on the same model."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def _commit() -> str:
@@ -122,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     from simcalib.experiment.plan import plan_study
     from simcalib.experiment.study import load_study
 
+    # benchmarks/speed/utils.py: the CPU model, on which a backbone's weights and so the rows' pairing depend
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "speed"))
+    from utils import cpu_model
+
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     study = load_study(args.study, {"benchmarks": {"datasets": args.datasets, "backbones": args.backbones},
@@ -137,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                                    *(sys.argv[1:] if argv is None else argv)]),
               "code_commit": commit, "started": started, "finished": _now(),
               "wall_s": round(time.perf_counter() - start), "cpu_s": round(time.process_time() - cpu0),
-              "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "gpu": None,
+              "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "gpu": None,
                           "torch_threads": args.threads},
               "calibrators": args.calibrators or "all of the study", "benchmarks": counts,
               "stopped": stopped}

@@ -35,9 +35,15 @@ def peak_rss_gib() -> float:
 
 
 def cpu_model() -> str:
-    """The CPU model ``lscpu`` names (else the platform's processor string)."""
+    """The CPU model ``lscpu`` names (else the ``model name`` of /proc/cpuinfo, else the platform's processor
+    string): backbones trained from one seed differ between CPU models, so rows pair only on the same model."""
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
         return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
     except (OSError, subprocess.CalledProcessError, StopIteration):
+        pass
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
         return platform.processor() or "unknown CPU"
