@@ -35,7 +35,8 @@ import pandas as pd
 
 from simcalib.errors import ConfigError
 from simcalib.experiment.ledger import BenchmarkLedger, ledger_of
-from simcalib.experiment.plan import StudyPlan
+from simcalib.experiment.plan import StudyPlan, plan_study
+from simcalib.experiment.study import load_study
 from simcalib.report.results import StudyResults
 from simcalib.store.integrity import comparable_rate
 
@@ -91,9 +92,6 @@ class Completeness:
 
 def study_plan(study_file: str | os.PathLike) -> StudyPlan:
     """The plan of the study file ``study_file``, made without the data (runs, seeds and calibrator digests)."""
-    from simcalib.experiment.plan import plan_study
-    from simcalib.experiment.study import load_study
-
     path = Path(study_file)
     if not path.is_file():
         raise ConfigError(f"study file {path} does not exist; name the study whose results the report reads "
