@@ -37,14 +37,16 @@ def register(sub) -> None:
                             "uncal,ts,vs,ets)")
     bench.add_argument("--study", default=None, metavar="STUDY_FILE",
                        help="take the calibrators, their options (e.g. a SimCalib grid criterion), "
-                            "the seed and the runs' batch keys from this study file, so a pass run here computes the same "
-                            "rows as the study; the command line's options still win")
+                            "the seed, the label rate, runs.generated_splits and the runs' batch keys from this study "
+                            "file, so a pass run here computes the same rows as the study; the command line's options "
+                            "still win")
     bench.add_argument("--splits", type=count_or_list, default=list(range(5)), help="number of splits (5) or a list like 0,3")
     bench.add_argument("--inits", type=count_or_list, default=list(range(5)), help="number of backbone inits (5) or a list")
     bench.add_argument("--folds", type=count_or_list, default=list(range(3)), help="number of folds (3) or a list")
     bench.add_argument("--seed", type=int, default=None, help="study seed (default: the --study file's, else the paper's: 10)")
     bench.add_argument("--label-rate", type=float, default=None,
-                       help="labelled fraction L (default 0.15 = 3 folds x 5%%); other rates use generated splits")
+                       help="labelled fraction L (default: the --study file's, else 0.15 = 3 folds x 5%%); other rates use "
+                            "generated splits")
     bench.add_argument("--out", default=None, help="output folder (default: results/<dataset>_<backbone>)")
     bench.add_argument("--save-predictions", action="store_true", help="also save test probabilities per run and calibrator")
     bench.add_argument("--splits-dir", help="fixed GATS split files (default: $SIMCALIB_SPLITS_DIR, else "
@@ -112,11 +114,7 @@ def run(args: argparse.Namespace) -> int:
     dataset, backbone = get_spec(args.dataset).name, backbone_name(args.backbone)
     study = load_study(args.study) if args.study else None
     study_options = study.benchmark_options(dataset, backbone) if study else None  # tuned ones resolved here
-    if args.seed is None:
-        args.seed = study.spec.seed if study else 10
-    for key, default in (("batch_runs", False), ("batch_calibrators", False), ("models_per_batch", None)):
-        if getattr(args, key) is None:  # not on the command line, which wins over the study file
-            setattr(args, key, getattr(study.spec.runs, key) if study else default)
+    take_study_defaults(args, study)
     attention = args.attention or (study.spec.backbone.get("attention") if study else None)
     if attention not in (None, "pyg") and args.batch_runs:
         raise ConfigError("--attention csr (or a study's backbone: {attention: csr}) applies to backbones trained "
@@ -163,6 +161,30 @@ def run(args: argparse.Namespace) -> int:
     print_summary(summarize(results))
     print(f"\n{len(results)} rows in {out / 'results.csv'}\nsplits: {sources}")
     return 0
+
+
+def take_study_defaults(args: argparse.Namespace, study) -> None:
+    """Fill the protocol options the command line left unset from ``study`` (a loaded study file, or None: the
+    paper's): its seed, label rate, generated splits and batch keys, so the command computes the study's rows.
+
+    A study that sweeps several label rates names none of them; the command then asks for ``--label-rate``.
+    """
+    from simcalib.errors import ConfigError
+
+    if args.seed is None:
+        args.seed = study.spec.seed if study else 10
+    for key, default in (("batch_runs", False), ("batch_calibrators", False), ("models_per_batch", None)):
+        if getattr(args, key) is None:  # not on the command line, which wins over the study file
+            setattr(args, key, getattr(study.spec.runs, key) if study else default)
+    if study is None:
+        return
+    if args.label_rate is None:
+        if study.sweeps_label_rate:
+            rates = ", ".join(f"{rate:g}" for rate in study.label_rates)
+            raise ConfigError(f"{args.study} sweeps the label rates {rates}; pass --label-rate with one of them")
+        args.label_rate = study.label_rates[0]
+    if study.spec.runs.generated_splits:  # the study's runs.generated_splits: true, as --generated-splits
+        args.generated_splits = True
 
 
 def print_summary(summary) -> None:

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from synthetic_graphs import write_amazon_mirror
 
+from simcalib.errors import ConfigError
 from simcalib.experiment.splits import CHECKOUT_SPLITS
 
 
@@ -193,3 +194,45 @@ def test_killed_at_several_points_with_one_and_two_workers_resumes_to_the_uninte
             got = pd.read_csv(path).sort_values(key).reset_index(drop=True)
             assert len(got) == 12 and not got.duplicated(key).any()
             pd.testing.assert_frame_equal(got.drop(columns="fit_seconds"), want.drop(columns="fit_seconds"))
+
+
+STUDY_OF_ITS_OWN = """\
+name: own
+seed: 3
+benchmarks: {datasets: [cora], backbones: [gcn]}
+calibrators: {UnCal: {}}
+runs: {splits: 1, inits: 1, folds: 3, label_rate: 0.3, generated_splits: true}
+"""
+
+
+def _benchmark_args(study_file, *extra: str):
+    import argparse
+
+    from simcalib.commands.benchmark import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return parser.parse_args(["benchmark", "--dataset", "cora", "--backbone", "gcn", "--study", str(study_file), *extra])
+
+
+def test_a_study_file_gives_its_label_rate_and_generated_splits_unless_the_command_line_does(tmp_path):
+    from simcalib.commands.benchmark import take_study_defaults
+    from simcalib.experiment.study import load_study
+
+    path = tmp_path / "study.yaml"
+    path.write_text(STUDY_OF_ITS_OWN)
+    study = load_study(path)
+    args = _benchmark_args(path)
+    take_study_defaults(args, study)
+    assert (args.seed, args.label_rate, args.generated_splits) == (3, 0.3, True)  # the study's rows, not 0.15's
+    args = _benchmark_args(path, "--label-rate", "0.6", "--seed", "4")
+    take_study_defaults(args, study)
+    assert (args.seed, args.label_rate) == (4, 0.6)  # the command line wins
+
+    path.write_text(STUDY_OF_ITS_OWN.replace("label_rate: 0.3", "label_rate: [0.3, 0.6]"))
+    sweep = load_study(path)
+    with pytest.raises(ConfigError, match="sweeps the label rates 0.3, 0.6; pass --label-rate"):
+        take_study_defaults(_benchmark_args(path), sweep)
+    args = _benchmark_args(path, "--label-rate", "0.6")
+    take_study_defaults(args, sweep)
+    assert args.label_rate == 0.6
