@@ -20,6 +20,10 @@ Per benchmark and metric m (test ECE in percent, NLL), over the paired runs R:
 * AutoCal minus each fixed choice, paired the same way: a fixed choice "does as well" on a benchmark and metric
   when this interval does not lie wholly below 0.
 
+The answer (:func:`answer_table`), per family and choice: the mean regret over the benchmarks, and on how many
+benchmark-metric cells AutoCal is lower or higher than the choice (the interval of AutoCal minus it wholly below or
+above 0); a fixed choice does as well as AutoCal on a family when AutoCal is lower on none of its cells.
+
 Also per family: how often AutoCal selected each candidate (the rows' ``selected``), and per benchmark the median
 ``fit_seconds`` of AutoCal beside its candidates' on the same runs.
 
@@ -142,37 +146,65 @@ def cost_table(rows: pd.DataFrame, candidates: Sequence[str] = DEFAULT_CANDIDATE
     return table.assign(**{"candidates summed": table.drop(columns=[AUTOCAL], errors="ignore").sum(axis=1)})
 
 
+ANSWER_COLUMNS = ["family", "choice", "calibrator", "benchmarks", "ece_regret", "nll_regret", "cells",
+                  "autocal_lower", "autocal_higher"]
+
+
+def answer_table(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per family and choice (:data:`ANSWER_COLUMNS`) over the regret rows ``table`` (:func:`regret_table`):
+    the benchmarks, the mean over them of the choice's mean regret per metric (``ece_regret``, ``nll_regret``), and
+    of the benchmark-metric ``cells``, on how many the interval of AutoCal minus the choice lies wholly below 0
+    (``autocal_lower``) or wholly above 0 (``autocal_higher``); NaN for AutoCal's own row."""
+    records = []
+    for (family, choice), group in table.groupby(["family", "choice"], sort=False):
+        mean = group.groupby("metric")["regret"].mean()
+        own = bool((group["calibrator"] == AUTOCAL).all())
+        records.append({"family": family, "choice": choice, "calibrator": group["calibrator"].iloc[0],
+                        "benchmarks": group[["dataset", "backbone"]].drop_duplicates().shape[0],
+                        "ece_regret": mean.get("ece", np.nan), "nll_regret": mean.get("nll", np.nan),
+                        "cells": len(group),
+                        "autocal_lower": np.nan if own else int((group["vs_autocal_high"] < 0).sum()),
+                        "autocal_higher": np.nan if own else int((group["vs_autocal_low"] > 0).sum())})
+    return pd.DataFrame(records, columns=ANSWER_COLUMNS)
+
+
 def answer_sentence(table: pd.DataFrame) -> str:
-    """Whether a fixed choice does at least as well as AutoCal, one sentence per family of graphs: per fixed choice, on
-    how many of the family's benchmark-metric cells the interval of AutoCal minus it lies wholly below 0 (AutoCal
-    better) or wholly above 0 (the fixed choice better). When AutoCal beats every fixed choice somewhere, the sentence
-    also names the fixed choices that beat AutoCal somewhere."""
-    return " ".join(_family_answer(family, part) for family, part in table.groupby("family", sort=False))
+    """Whether a fixed choice does at least as well as AutoCal, one sentence per family of graphs, from the counts of
+    :func:`answer_table`: a fixed choice does as well when AutoCal is lower on none of the family's benchmark-metric
+    cells. When AutoCal beats every fixed choice somewhere, the sentence names the fixed choices that beat AutoCal
+    somewhere."""
+    return " ".join(_family_answer(family, part) for family, part in answer_table(table).groupby("family", sort=False))
 
 
-def _family_answer(family: str, table: pd.DataFrame) -> str:
-    fixed = table[table["calibrator"] != AUTOCAL]
-    cells = table[["dataset", "backbone", "metric"]].drop_duplicates().shape[0]
-    parts, as_well, beats = [], [], []
-    for choice, group in fixed.groupby("choice", sort=False):
-        better = int((group["vs_autocal_high"] < 0).sum())
-        worse = int((group["vs_autocal_low"] > 0).sum())
-        parts.append(f"{choice}: AutoCal lower on {better}, higher on {worse} of {len(group)}")
-        if better == 0:
-            as_well.append(choice)
-        elif worse > 0:
-            beats.append(choice)
+def _family_answer(family: str, answer: pd.DataFrame) -> str:
+    fixed = answer[answer["calibrator"] != AUTOCAL]
+    as_well = fixed.loc[fixed["autocal_lower"] == 0, "choice"].tolist()
+    beats = fixed.loc[fixed["autocal_higher"] > 0, "choice"].tolist()
     if as_well:
-        verdict = (f"yes, a fixed choice ({', '.join(as_well)}) does at least as well as AutoCal on every benchmark "
-                   "and metric")
+        verdict = f"yes: {', '.join(as_well)} {'does' if len(as_well) == 1 else 'do'} at least as well as AutoCal"
     elif beats:
-        verdict = ("no fixed choice does at least as well everywhere, nor does AutoCal: every fixed choice is beaten by "
-                   f"AutoCal on at least one benchmark and metric, and {', '.join(beats)} "
-                   f"{'beats' if len(beats) == 1 else 'beat'} AutoCal on at least one")
+        verdict = (f"no single choice does: AutoCal beats each fixed choice somewhere, and {', '.join(beats)} "
+                   f"{'beats' if len(beats) == 1 else 'beat'} AutoCal somewhere")
     else:
-        verdict = "no, every fixed choice is beaten by AutoCal on at least one benchmark and metric"
-    return (f"On the {family} benchmarks: {verdict} (AutoCal minus the fixed choice, paired by run, 95% interval wholly "
-            f"below or above 0, over {cells} benchmark-metric cells; {'; '.join(parts)}).")
+        verdict = "no: AutoCal beats each fixed choice somewhere and none beats it anywhere"
+    cells = int(fixed["cells"].max()) if len(fixed) else 0
+    benchmarks = int(answer["benchmarks"].max())
+    return (f"Does a fixed choice do as well as AutoCal on the {family} benchmarks? {verdict[0].upper()}{verdict[1:]} "
+            f"({benchmarks} benchmarks, {cells} benchmark-metric cells; \"beats\": the 95% interval of AutoCal minus the "
+            "fixed choice, paired by run, lies wholly on one side of 0).")
+
+
+def _answer_rows(answer: pd.DataFrame) -> list[list[str]]:
+    def number(value: float, digits: int) -> str:
+        return f"{value:+.{digits}f}" if np.isfinite(value) else ""
+
+    def count(value: float) -> str:
+        return str(int(value)) if np.isfinite(value) else ""
+
+    return [[r["family"], r["choice"] + ("" if r["choice"].endswith(r["calibrator"]) else f": {r['calibrator']}"),
+             str(r["benchmarks"]), number(r["ece_regret"], DIGITS["ece"]), number(r["nll_regret"], DIGITS["nll"]),
+             count(r["autocal_lower"]), count(r["autocal_higher"]), str(r["cells"])]
+            for r in answer.to_dict("records")]
 
 
 def _cell(mean: float, low: float, high: float, digits: int) -> str:
@@ -268,7 +300,8 @@ def with_local_references(headline: pd.DataFrame, rows: pd.DataFrame, dataset: s
 def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, title: str,
                          study: str | os.PathLike | None = None, regenerate: str | None = None,
                          families: str | os.PathLike | None = None) -> Path | None:
-    """``report.md``, ``report.html``, ``summary.md`` and the CSVs ``regret.csv``, ``selection.csv``, ``cost.csv``
+    """``report.md``, ``report.html``, ``summary.md`` and the CSVs ``answer.csv``, ``regret.csv``, ``selection.csv``,
+    ``cost.csv``
     under ``out`` from the AutoCal rows below ``results``, paired with the headline rows of the families of
     ``families`` (None: :data:`FAMILIES`); None (nothing written) when there are no AutoCal rows."""
     families = FAMILIES if families is None else families
@@ -318,16 +351,27 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
                       for (d, b), group in own.groupby(["dataset", "backbone"]))
     pool = "; ".join(f"{d} {b}: {len(per_run(g, 'ece').columns) - 2}" for (d, b), g in
                      rows.groupby(["dataset", "backbone"], sort=True))
-    sentence = answer_sentence(table)
-    answer_header = ["Benchmark", "Metric", "Runs", "Best (hindsight)", "Choice", "Regret [95%]",
-                     "AutoCal - choice [95%]"]
-    summary_blocks = [Paragraph(sentence), table_block(answer_header, _answer_body(table), numeric_from=5)]
+    answer = answer_table(table)
+    answer.to_csv(out / "answer.csv", index=False, float_format="%.6g")
+    summary_blocks = [
+        Paragraph(answer_sentence(table)),
+        table_block(["Family", "Choice", "Benchmarks", "Mean ECE regret (points)", "Mean NLL regret",
+                     "AutoCal lower (cells)", "AutoCal higher (cells)", "Cells"], _answer_rows(answer),
+                    numeric_from=2),
+        Paragraph("Regret: a choice's test metric minus that of the benchmark's best calibrator in hindsight on the "
+                  "same runs, averaged over the runs, then over the benchmarks (0: the best on every benchmark). "
+                  "Cells: benchmark x metric (ECE, NLL); AutoCal lower or higher: the 95% interval of AutoCal minus "
+                  "the choice lies wholly below or above 0. Per benchmark, with intervals: the report's table."),
+    ]
     blocks = [Heading(1, title)]
     if regenerate:
         blocks.append(Paragraph(f"Rendered from the committed rows by {regenerate} (provenance: `provenance.yaml`)."))
     if loaded.left_out:
         summary_blocks.append(Paragraph(loaded.left_out))
-    blocks += [Heading(2, "Answer"), *summary_blocks]
+    answer_header = ["Benchmark", "Metric", "Runs", "Best (hindsight)", "Choice", "Regret [95%]",
+                     "AutoCal - choice [95%]"]
+    blocks += [Heading(2, "Answer"), *summary_blocks,
+               Heading(2, "Per benchmark"), table_block(answer_header, _answer_body(table), numeric_from=5)]
     blocks += [
         Paragraph(f"Runs: {scope}. Regret of a choice: its metric minus the best calibrator's on the same run, "
                   "averaged over the paired runs; the best calibrator is, of the headline study's calibrators other "
@@ -365,6 +409,6 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
     return out / "report.md"
 
 
-__all__ = ["AUTOCAL", "FAMILIES", "REGRET_COLUMNS", "References", "answer_sentence", "best_calibrator", "build_autocal_report",
+__all__ = ["ANSWER_COLUMNS", "AUTOCAL", "FAMILIES", "REGRET_COLUMNS", "References", "answer_sentence", "answer_table", "best_calibrator", "build_autocal_report",
            "cost_table", "pair_rows", "per_run", "planned_calibrators", "read_reference", "regret_table", "selection_counts",
            "with_local_references"]

@@ -8,11 +8,13 @@ that grows while the report renders is judged as it was read. The plan is made w
 (``plan_study(..., data=False)``): completeness needs the runs, seeds and calibrator digests only.
 
 A report over a study's results (a ``reports/reports.yaml`` entry's ``study``, ``simcalib report STUDY.yaml``, a
-``reports/leaderboard.yaml`` family's ``study``) keeps the rows of the study's complete benchmarks (and of any
-benchmark the study does not plan) and leaves out every row of the others, which it names in one line with how
-far each is::
+``reports/leaderboard.yaml`` family's ``study``) keeps the rows of the study's complete benchmarks and leaves out every row of the others, which it names in one
+line with how far each is::
 
     Pubmed GCN: 37 of 75 runs; Pubmed GAT: not started; left out until complete (study/offline.yaml: ...)
+
+Rows of a benchmark that none of the report's study files plans (a slice whose study file the report does not
+list) are left out too, and named.
 
 "N of R runs" counts the runs with a row of every planned calibrator (:attr:`BenchmarkLedger.runs_complete`).
 
@@ -62,6 +64,7 @@ class Completeness:
 
     study: str
     ledgers: tuple[BenchmarkLedger, ...]
+    planned: frozenset[tuple[str, str]] = frozenset()  # (dataset, backbone) of every benchmark the study plans
 
     @property
     def incomplete(self) -> tuple[BenchmarkLedger, ...]:
@@ -102,7 +105,8 @@ def study_plan(study_file: str | os.PathLike) -> StudyPlan:
 def study_completeness(study_file: str | os.PathLike, rows: pd.DataFrame) -> Completeness:
     """The ledgers of the protocol benchmarks that the study file ``study_file`` plans, over ``rows``."""
     plan = study_plan(study_file)
-    return Completeness(str(study_file), tuple(ledger_of(b, rows) for b in plan.benchmarks if b.kind == "protocol"))
+    return Completeness(str(study_file), tuple(ledger_of(b, rows) for b in plan.benchmarks if b.kind == "protocol"),
+                        frozenset((b.dataset, b.backbone) for b in plan.benchmarks))
 
 
 def complete_calibrators(rows: pd.DataFrame, plan: StudyPlan | None) -> tuple[pd.DataFrame, list[str]]:
@@ -130,6 +134,25 @@ def complete_calibrators(rows: pd.DataFrame, plan: StudyPlan | None) -> tuple[pd
     return (rows[~drop], lines) if drop.any() else (rows, lines)
 
 
+def _planned_only(rows: pd.DataFrame, predictions: pd.DataFrame,
+                  planned: set[tuple[str, str]]) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """``rows`` and ``predictions`` without those of a (dataset, backbone) outside ``planned``, and the labels of
+    the benchmarks left out (``Actor GCN``)."""
+    def mask(frame: pd.DataFrame) -> np.ndarray:
+        if frame.empty:
+            return np.ones(len(frame), dtype=bool)
+        keys = zip(frame["dataset"].astype(str), frame["backbone"].astype(str))
+        return np.fromiter((key in planned for key in keys), dtype=bool, count=len(frame))
+
+    keep = mask(rows)
+    if keep.all():
+        return rows, predictions, []
+    unplanned = sorted({f"{d} {b}" for d, b in zip(rows["dataset"][~keep], rows["backbone"][~keep])})
+    if len(predictions):
+        predictions = predictions[mask(predictions)].reset_index(drop=True)
+    return rows[keep].reset_index(drop=True), predictions, unplanned
+
+
 def study_files(study: str | os.PathLike | Sequence[str | os.PathLike] | None) -> list[str | os.PathLike]:
     """The study files a report's ``study`` names: none, one, or a list of those writing into one results folder."""
     if study is None:
@@ -145,12 +168,18 @@ def complete_only(results: StudyResults,
     if study_file is None:
         return results
     rows, predictions, lines = results.rows, results.predictions, []
-    for file in study_files(study_file):
+    files, planned = study_files(study_file), set()
+    for file in files:
         completeness = study_completeness(file, rows)
+        planned |= completeness.planned
         rows = rows[~completeness.left_out(rows)].reset_index(drop=True)
         if len(predictions):
             predictions = predictions[~completeness.left_out(predictions)].reset_index(drop=True)
         lines.append(completeness.line())
+    rows, predictions, unplanned = _planned_only(rows, predictions, planned)
+    if unplanned:
+        lines.append(f"{', '.join(unplanned)}: planned by none of {', '.join(map(str, files))}; left out (add the "
+                     "study file that computes them to the report's study)")
     return replace(results, rows=rows, predictions=predictions, notes=list(results.notes), left_out="; ".join(line for line in lines if line))
 
 

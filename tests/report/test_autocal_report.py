@@ -12,6 +12,7 @@ import pytest
 
 from simcalib.report.autocal import (
     answer_sentence,
+    answer_table,
     best_calibrator,
     build_autocal_report,
     pair_rows,
@@ -118,32 +119,36 @@ def test_selection_counts_per_family():
 def test_the_answer_sentence_says_a_fixed_choice_does_as_well_only_when_autocal_never_beats_it():
     rows, _ = pair_rows(pd.DataFrame(_autocal(equal_to="GATS")), pd.DataFrame(_headline()))
     table = regret_table(rows, "homophilous", "GATS")
-    assert answer_sentence(table).startswith("On the homophilous benchmarks: yes, a fixed choice (always GATS, "
-                                             "recommended (homophilous))")
+    assert answer_sentence(table).startswith("Does a fixed choice do as well as AutoCal on the homophilous benchmarks? "
+                                             "Yes: always GATS, recommended (homophilous) do at least as well")
     rows, _ = pair_rows(pd.DataFrame(_autocal(equal_to="Best")), pd.DataFrame(_headline()))
-    sentence = answer_sentence(regret_table(rows, "homophilous", "GATS"))
-    assert sentence.startswith("On the homophilous benchmarks: no, every fixed choice is beaten")
-    assert "always TS: AutoCal lower on 2, higher on 0 of 2" in sentence
+    beaten = regret_table(rows, "homophilous", "GATS")
+    assert "benchmarks? No: AutoCal beats each fixed choice somewhere and none beats it anywhere" in \
+        answer_sentence(beaten)
+    ts = answer_table(beaten).set_index("choice").loc["always TS"]
+    assert (ts["autocal_lower"], ts["autocal_higher"], ts["cells"], ts["benchmarks"]) == (2, 0, 2, 1)
+    assert ts["ece_regret"] == pytest.approx(1.0)  # TS's offset over Best on every run
     # one verdict per family: a fixed choice that does as well on one family says nothing of another
     rows, _ = pair_rows(pd.DataFrame(_autocal("Texas", equal_to="Best")), pd.DataFrame(_headline("Texas")))
     both = answer_sentence(pd.concat([table, regret_table(rows, "heterophilous", "GATS")], ignore_index=True))
-    homophilous, heterophilous = both.split(" On the heterophilous benchmarks: ")
-    assert homophilous.startswith("On the homophilous benchmarks: yes,") and "over 2 benchmark-metric cells" in homophilous
-    assert heterophilous.startswith("no, every fixed choice is beaten")
+    homophilous, heterophilous = both.split(" Does a fixed choice do as well as AutoCal on the heterophilous benchmarks? ")
+    assert "homophilous benchmarks? Yes:" in homophilous and "1 benchmarks, 2 benchmark-metric cells" in homophilous
+    assert heterophilous.startswith("No: AutoCal beats each fixed choice")
 
 
 def test_the_answer_sentence_names_the_fixed_choices_that_beat_autocal_where_it_beats_each_somewhere():
     def cell(choice, dataset, low, high):
-        return {"family": "heterophilous", "dataset": dataset, "backbone": "GCN", "metric": "ece",
+        return {"family": "heterophilous", "dataset": dataset, "backbone": "GCN", "metric": "ece", "regret": 1.0,
                 "calibrator": choice.split()[-1], "choice": choice, "vs_autocal_low": low, "vs_autocal_high": high}
 
     cells = [cell("always TS", "Actor", -2.0, -1.0), cell("always TS", "Texas", 0.5, 1.5),
              cell("always GATS", "Actor", -2.0, -1.0), cell("always GATS", "Texas", -0.5, 0.5)]
     sentence = answer_sentence(pd.DataFrame(cells))
-    assert sentence.startswith("On the heterophilous benchmarks: no fixed choice does at least as well everywhere, "
-                               "nor does AutoCal: every fixed choice is beaten by AutoCal on at least one benchmark "
-                               "and metric, and always TS beats AutoCal on at least one (")
-    assert "always GATS: AutoCal lower on 1, higher on 0 of 2" in sentence
+    assert sentence.startswith("Does a fixed choice do as well as AutoCal on the heterophilous benchmarks? No single "
+                               "choice does: AutoCal beats each fixed choice somewhere, and always TS beats AutoCal "
+                               "somewhere (2 benchmarks, 2 benchmark-metric cells;")
+    gats = answer_table(pd.DataFrame(cells)).set_index("choice").loc["always GATS"]
+    assert (gats["autocal_lower"], gats["autocal_higher"]) == (1, 0)
 
 
 def test_make_report_renders_the_autocal_entry_from_its_rows(tmp_path, capsys, monkeypatch):
@@ -162,10 +167,13 @@ def test_make_report_renders_the_autocal_entry_from_its_rows(tmp_path, capsys, m
     assert main(["report", "--every", "reports.yaml"]) == 0
     assert "report: out/report.md" in capsys.readouterr().out
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "On the homophilous benchmarks: yes, a fixed choice (always GATS, recommended (homophilous))" in report
+    assert "homophilous benchmarks? Yes: always GATS, recommended (homophilous) do at least as well" in report
+    assert "| homophilous | always TS | 1 | +1.00 | +0.100 | 2 | 0 | 2 |" in report  # TS 1 point above the best
+    assert report.index("## Answer") < report.index("## Per benchmark") < report.index("| Cora GCN | ECE (%) |")
     assert "Cora GCN: 15 runs, init(s) 0 of the headline's 15" in report
     assert "| homophilous | 0 | 0 | 0 | 0 | 15 | 0 |" in report
-    assert "yes, a fixed choice" in (tmp_path / "README.md").read_text()
+    readme = (tmp_path / "README.md").read_text()
+    assert "Yes: always GATS" in readme and "| Cora GCN | ECE (%) |" not in readme  # the answer, not every cell
     regret = pd.read_csv(tmp_path / "out" / "regret.csv")
     assert regret.loc[(regret["choice"] == "always GATS") & (regret["metric"] == "ece"), "regret"].iloc[0] == \
         pytest.approx(0.5)
