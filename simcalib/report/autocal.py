@@ -310,7 +310,7 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
 
     if not Path(results).is_dir():
         return None
-    loaded = complete_only(load_study_results(results), study)
+    loaded = complete_only(load_study_results(results), study, keep_unplanned=False)  # slices write one folder
     all_rows = loaded.main_rows()
     autocal_rows = all_rows[all_rows["calibrator"] == AUTOCAL]
     if autocal_rows.empty:

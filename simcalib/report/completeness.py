@@ -8,13 +8,14 @@ that grows while the report renders is judged as it was read. The plan is made w
 (``plan_study(..., data=False)``): completeness needs the runs, seeds and calibrator digests only.
 
 A report over a study's results (a ``reports/reports.yaml`` entry's ``study``, ``simcalib report STUDY.yaml``, a
-``reports/leaderboard.yaml`` family's ``study``) keeps the rows of the study's complete benchmarks and leaves out every row of the others, which it names in one
-line with how far each is::
+``reports/leaderboard.yaml`` family's ``study``) keeps the rows of the study's complete benchmarks (and of any benchmark the study does not plan: the heterophily
+report's homophilous reference folder) and leaves out every row of the others, which it names in one line with how
+far each is::
 
     Pubmed GCN: 37 of 75 runs; Pubmed GAT: not started; left out until complete (study/offline.yaml: ...)
 
-Rows of a benchmark that none of the report's study files plans (a slice whose study file the report does not
-list) are left out too, and named.
+A report whose results folder only its study files write (the AutoCal report's) also leaves out, and names, the
+rows of a benchmark that none of them plans: a slice whose study file the report does not list.
 
 "N of R runs" counts the runs with a row of every planned calibrator (:attr:`BenchmarkLedger.runs_complete`).
 
@@ -161,10 +162,13 @@ def study_files(study: str | os.PathLike | Sequence[str | os.PathLike] | None) -
 
 
 def complete_only(results: StudyResults,
-                  study_file: str | os.PathLike | Sequence[str | os.PathLike] | None) -> StudyResults:
+                  study_file: str | os.PathLike | Sequence[str | os.PathLike] | None,
+                  keep_unplanned: bool = True) -> StudyResults:
     """``results`` without the rows and saved predictions of the incomplete benchmarks of ``study_file`` (one study
     file, or several whose benchmarks share the results folder), its ``left_out`` line naming them
-    (:meth:`Completeness.line`, one per study); ``study_file`` None: ``results`` as they are."""
+    (:meth:`Completeness.line`, one per study); ``study_file`` None: ``results`` as they are. With
+    ``keep_unplanned`` False, the rows of benchmarks that none of the study files plans are left out too and named
+    (a folder that only those studies write, where such rows come from a slice the report does not list)."""
     if study_file is None:
         return results
     rows, predictions, lines = results.rows, results.predictions, []
@@ -176,7 +180,9 @@ def complete_only(results: StudyResults,
         if len(predictions):
             predictions = predictions[~completeness.left_out(predictions)].reset_index(drop=True)
         lines.append(completeness.line())
-    rows, predictions, unplanned = _planned_only(rows, predictions, planned)
+    unplanned = []
+    if not keep_unplanned:
+        rows, predictions, unplanned = _planned_only(rows, predictions, planned)
     if unplanned:
         lines.append(f"{', '.join(unplanned)}: planned by none of {', '.join(map(str, files))}; left out (add the "
                      "study file that computes them to the report's study)")

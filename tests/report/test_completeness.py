@@ -96,20 +96,21 @@ def test_several_study_files_over_one_folder_each_leave_out_their_incomplete_ben
     assert complete_only(results, partial_study).left_out == LINE.format(study=partial_study)
 
 
-def test_rows_of_a_benchmark_no_study_file_plans_are_left_out_and_named(partial_study):
-    """A slice whose study file the report does not list: its rows, complete or not, are not the report's."""
+def test_rows_of_a_benchmark_no_study_file_plans_are_left_out_and_named_where_the_report_asks(partial_study):
+    """A slice whose study file the AutoCal report does not list: its rows, complete or not, are not the report's."""
     spec = yaml.safe_load(partial_study.read_text())
     unlisted = partial_study.parent / "unlisted.yaml"
     unlisted.write_text(yaml.safe_dump({**spec, "name": "unlisted", "benchmarks": {"datasets": ["Citeseer"],
                                                                                   "backbones": ["GCN"]}}))
     write_planned(unlisted, "Citeseer", "GCN", runs=2)
     results = load_study_results(partial_study.parent / "results")
-    kept = complete_only(results, partial_study)
+    assert "Citeseer" in set(complete_only(results, partial_study).rows["dataset"])  # a reference folder's, kept
+    kept = complete_only(results, partial_study, keep_unplanned=False)
     assert set(kept.rows["dataset"]) == {"Cora"}
     assert kept.left_out == "; ".join([LINE.format(study=partial_study), f"Citeseer GCN: planned by none of "
                                        f"{partial_study}; left out (add the study file that computes them to the "
                                        "report's study)"])
-    listed = complete_only(results, [partial_study, unlisted])  # listed: judged by its own plan (2 of 6 runs)
+    listed = complete_only(results, [partial_study, unlisted], keep_unplanned=False)  # listed: judged by its own plan (2 of 6 runs)
     assert "Citeseer" not in set(listed.rows["dataset"]) and "Citeseer GCN: 2 of 6 runs" in listed.left_out
 
 
