@@ -182,9 +182,9 @@ class BenchmarkPlan:
             elif protocol_name(settings.fold_rate, settings.n_folds, settings.test_rate) != PAPER_PROTOCOL:
                 why = f"no published files for label rate {settings.label_rate:g}"
             elif fixed:
-                why = "beyond the fixed files, allowed by --generated-splits"
+                why = "beyond the fixed files, allowed by --generated-splits or runs.generated_splits"
             else:
-                why = f"{self.splits_origin}; allowed by --generated-splits"
+                why = f"{self.splits_origin}; allowed by --generated-splits or runs.generated_splits"
             parts.append(f"split(s) {','.join(map(str, generated))} generated from seed {settings.study_seed} ({why})")
         return "; ".join(parts)
 
