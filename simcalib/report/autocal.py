@@ -335,10 +335,14 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
     if not tables:
         raise DataMissingError(f"{results}: no AutoCal row pairs with a headline row of the same run and "
                                "backbone_digest; the AutoCal study must use the headline's seed and settings")
+    order = {family.name: i for i, family in enumerate(references.families)}  # the families file's order
     table = pd.concat(tables, ignore_index=True)
+    table = table.iloc[np.argsort([order.get(f, len(order)) for f in table["family"]], kind="stable")]
+    table = table.reset_index(drop=True)
     rows = pd.concat(paired, ignore_index=True)
     own = rows[rows["calibrator"] == AUTOCAL]
     selection = selection_counts(own, family_of)
+    selection = selection.loc[sorted(selection.index, key=lambda f: order.get(f, len(order)))]
     cost = cost_table(rows)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
