@@ -280,7 +280,8 @@ def _body(table: pd.DataFrame) -> list[list[str]]:
 
 def coverage_lines(rows: pd.DataFrame, planned: pd.DataFrame | None) -> list[str]:
     """What the rows hold (benchmarks, runs, calibrators) and, with ``planned`` (one row per planned benchmark:
-    folder, calibrators, runs), what the study plans beyond them."""
+    folder, calibrators, runs), what the study plans beyond them. ``rows`` are the rows a report shows (complete
+    calibrators only), so a benchmark or calibrator absent from them may have rows in progress."""
     lines = []
     for folder, group in rows.groupby("folder", sort=True):
         per = group.groupby("calibrator").size()
@@ -291,9 +292,9 @@ def coverage_lines(rows: pd.DataFrame, planned: pd.DataFrame | None) -> list[str
         missing = [f for f in planned["folder"] if f not in have]
         calibrators = sorted({c for cs in planned["calibrators"] for c in cs} - set(rows.get("calibrator", [])))
         lines.append(f"The study file plans {len(planned)} benchmarks of {int(planned['runs'].max())} runs and "
-                     f"{len({c for cs in planned['calibrators'] for c in cs})} calibrators; no rows yet for "
-                     f"{len(missing)} benchmarks ({', '.join(missing) or 'none'}) and for the calibrators "
-                     f"{', '.join(calibrators) or 'none'}.")
+                     f"{len({c for cs in planned['calibrators'] for c in cs})} calibrators; no calibrator has every planned "
+                     f"run on {len(missing)} benchmarks ({', '.join(missing) or 'none'}; those with rows in progress "
+                     f"are named below), and the calibrators {', '.join(calibrators) or 'none'} have it on none.")
     return lines
 
 

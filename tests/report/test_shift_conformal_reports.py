@@ -211,3 +211,17 @@ def test_make_report_renders_kind_entries_with_rows_and_skips_them_without(tmp_p
     manifest.write_text(f"- results: {tmp_path}\n  out: o\n  kind: drift\n  title: t\n")
     assert main(["report", "--every", str(manifest)]) == 2
     assert "kind must be one of shift, conformal" in capsys.readouterr().err
+
+
+def test_the_coverage_line_names_the_planned_benchmarks_without_a_complete_calibrator():
+    from simcalib.report.shift import coverage_lines
+
+    rows = pd.DataFrame([{"folder": "Cora_GCN", "calibrator": c, "split": s, "init": 0, "fold": 0}
+                         for c in ("TS", "GATS") for s in range(2)])
+    planned = pd.DataFrame([{"folder": f, "calibrators": ("TS", "GATS", "WATS"), "runs": 2}
+                            for f in ("Cora_GCN", "Photo_GAT")])
+    lines = coverage_lines(rows, planned)
+    assert lines[0] == "`Cora_GCN`: 2 runs, 2 calibrators (GATS, TS), 2 runs each"
+    assert lines[1] == ("The study file plans 2 benchmarks of 2 runs and 3 calibrators; no calibrator has every "
+                        "planned run on 1 benchmarks (Photo_GAT; those with rows in progress are named below), and "
+                        "the calibrators WATS have it on none.")
