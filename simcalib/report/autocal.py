@@ -178,8 +178,9 @@ def answer_sentence(table: pd.DataFrame) -> str:
 
 def _family_answer(family: str, answer: pd.DataFrame) -> str:
     fixed = answer[answer["calibrator"] != AUTOCAL]
-    as_well = fixed.loc[fixed["autocal_lower"] == 0, "choice"].tolist()
-    beats = fixed.loc[fixed["autocal_higher"] > 0, "choice"].tolist()
+    named = [c if c.endswith(k) else f"{c}: {k}" for c, k in zip(fixed["choice"], fixed["calibrator"])]
+    as_well = [n for n, lower in zip(named, fixed["autocal_lower"]) if lower == 0]
+    beats = [n for n, higher in zip(named, fixed["autocal_higher"]) if higher > 0]
     if as_well:
         verdict = f"yes: {', '.join(as_well)} {'does' if len(as_well) == 1 else 'do'} at least as well as AutoCal"
     elif beats:

@@ -120,7 +120,7 @@ def test_the_answer_sentence_says_a_fixed_choice_does_as_well_only_when_autocal_
     rows, _ = pair_rows(pd.DataFrame(_autocal(equal_to="GATS")), pd.DataFrame(_headline()))
     table = regret_table(rows, "homophilous", "GATS")
     assert answer_sentence(table).startswith("Does a fixed choice do as well as AutoCal on the homophilous benchmarks? "
-                                             "Yes: always GATS, recommended (homophilous) do at least as well")
+                                             "Yes: always GATS, recommended (homophilous): GATS do at least as well")
     rows, _ = pair_rows(pd.DataFrame(_autocal(equal_to="Best")), pd.DataFrame(_headline()))
     beaten = regret_table(rows, "homophilous", "GATS")
     assert "benchmarks? No: AutoCal beats each fixed choice somewhere and none beats it anywhere" in \
@@ -167,7 +167,7 @@ def test_make_report_renders_the_autocal_entry_from_its_rows(tmp_path, capsys, m
     assert main(["report", "--every", "reports.yaml"]) == 0
     assert "report: out/report.md" in capsys.readouterr().out
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "homophilous benchmarks? Yes: always GATS, recommended (homophilous) do at least as well" in report
+    assert "homophilous benchmarks? Yes: always GATS, recommended (homophilous): GATS do at least as well" in report
     assert "| homophilous | always TS | 1 | +1.00 | +0.100 | 2 | 0 | 2 |" in report  # TS 1 point above the best
     assert report.index("## Answer") < report.index("## Per benchmark") < report.index("| Cora GCN | ECE (%) |")
     assert "Cora GCN: 15 runs, init(s) 0 of the headline's 15" in report
