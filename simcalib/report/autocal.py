@@ -178,7 +178,7 @@ def answer_sentence(table: pd.DataFrame) -> str:
 
 def _family_answer(family: str, answer: pd.DataFrame) -> str:
     fixed = answer[answer["calibrator"] != AUTOCAL]
-    named = [c if c.endswith(k) else f"{c}: {k}" for c, k in zip(fixed["choice"], fixed["calibrator"])]
+    named = [_choice_label(c, k) for c, k in zip(fixed["choice"], fixed["calibrator"])]
     as_well = [n for n, lower in zip(named, fixed["autocal_lower"]) if lower == 0]
     beats = [n for n, higher in zip(named, fixed["autocal_higher"]) if higher > 0]
     if as_well:
@@ -195,6 +195,11 @@ def _family_answer(family: str, answer: pd.DataFrame) -> str:
             "fixed choice, paired by run, lies wholly on one side of 0).")
 
 
+def _choice_label(choice: str, calibrator: str) -> str:
+    """``always TS``, or with the calibrator a label does not name: ``recommended (binary): Dirichlet``."""
+    return choice if choice.endswith(calibrator) else f"{choice}: {calibrator}"
+
+
 def _answer_rows(answer: pd.DataFrame) -> list[list[str]]:
     def number(value: float, digits: int) -> str:
         return f"{value:+.{digits}f}" if np.isfinite(value) else ""
@@ -202,7 +207,7 @@ def _answer_rows(answer: pd.DataFrame) -> list[list[str]]:
     def count(value: float) -> str:
         return str(int(value)) if np.isfinite(value) else ""
 
-    return [[r["family"], r["choice"] + ("" if r["choice"].endswith(r["calibrator"]) else f": {r['calibrator']}"),
+    return [[r["family"], _choice_label(r["choice"], r["calibrator"]),
              str(r["benchmarks"]), number(r["ece_regret"], DIGITS["ece"]), number(r["nll_regret"], DIGITS["nll"]),
              count(r["autocal_lower"]), count(r["autocal_higher"]), str(r["cells"])]
             for r in answer.to_dict("records")]
@@ -221,8 +226,7 @@ def _answer_body(table: pd.DataFrame) -> list[list[str]]:
         digits = DIGITS[metric]
         for r in group.to_dict("records"):
             body.append([f"{dataset} {backbone}", LABELS[metric], str(r["runs"]), r["best"],
-                         f"{r['choice']}" + ("" if r["choice"].endswith(f"{r['calibrator']}") else
-                                             f": {r['calibrator']}"),
+                         _choice_label(r["choice"], r["calibrator"]),
                          _cell(r["regret"], r["regret_low"], r["regret_high"], digits),
                          _cell(r["vs_autocal"], r["vs_autocal_low"], r["vs_autocal_high"], digits)])
     return body
@@ -302,8 +306,7 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
                          study: str | os.PathLike | None = None, regenerate: str | None = None,
                          families: str | os.PathLike | None = None) -> Path | None:
     """``report.md``, ``report.html``, ``summary.md`` and the CSVs ``answer.csv``, ``regret.csv``, ``selection.csv``,
-    ``cost.csv``
-    under ``out`` from the AutoCal rows below ``results``, paired with the headline rows of the families of
+    ``cost.csv`` under ``out`` from the AutoCal rows below ``results``, paired with the headline rows of the families of
     ``families`` (None: :data:`FAMILIES`); None (nothing written) when there are no AutoCal rows."""
     families = FAMILIES if families is None else families
     from simcalib.report.completeness import complete_only
