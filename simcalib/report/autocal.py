@@ -168,12 +168,12 @@ def answer_table(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(records, columns=ANSWER_COLUMNS)
 
 
-def answer_sentence(table: pd.DataFrame) -> str:
+def answer_sentence(answer: pd.DataFrame) -> str:
     """Whether a fixed choice does at least as well as AutoCal, one sentence per family of graphs, from the counts of
-    :func:`answer_table`: a fixed choice does as well when AutoCal is lower on none of the family's benchmark-metric
-    cells. When AutoCal beats every fixed choice somewhere, the sentence names the fixed choices that beat AutoCal
-    somewhere."""
-    return " ".join(_family_answer(family, part) for family, part in answer_table(table).groupby("family", sort=False))
+    the answer table ``answer`` (:func:`answer_table`): a fixed choice does as well when AutoCal is lower on none of
+    the family's benchmark-metric cells. When AutoCal beats every fixed choice somewhere, the sentence names the
+    fixed choices that beat AutoCal somewhere."""
+    return " ".join(_family_answer(family, part) for family, part in answer.groupby("family", sort=False))
 
 
 def _family_answer(family: str, answer: pd.DataFrame) -> str:
@@ -339,14 +339,17 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
     if not tables:
         raise DataMissingError(f"{results}: no AutoCal row pairs with a headline row of the same run and "
                                "backbone_digest; the AutoCal study must use the headline's seed and settings")
-    order = {family.name: i for i, family in enumerate(references.families)}  # the families file's order
+    order = {family.name: i for i, family in enumerate(references.families)}
+
+    def rank(family: str) -> int:  # the families file's order
+        return order.get(family, len(order))
+
     table = pd.concat(tables, ignore_index=True)
-    table = table.iloc[np.argsort([order.get(f, len(order)) for f in table["family"]], kind="stable")]
-    table = table.reset_index(drop=True)
+    table = table.iloc[np.argsort([rank(f) for f in table["family"]], kind="stable")].reset_index(drop=True)
     rows = pd.concat(paired, ignore_index=True)
     own = rows[rows["calibrator"] == AUTOCAL]
     selection = selection_counts(own, family_of)
-    selection = selection.loc[sorted(selection.index, key=lambda f: order.get(f, len(order)))]
+    selection = selection.loc[sorted(selection.index, key=rank)]
     cost = cost_table(rows)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -362,7 +365,7 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
     answer = answer_table(table)
     answer.to_csv(out / "answer.csv", index=False, float_format="%.6g")
     summary_blocks = [
-        Paragraph(answer_sentence(table)),
+        Paragraph(answer_sentence(answer)),
         table_block(["Family", "Choice", "Benchmarks", "Mean ECE regret (points)", "Mean NLL regret",
                      "AutoCal lower (cells)", "AutoCal higher (cells)", "Cells"], _answer_rows(answer),
                     numeric_from=2),

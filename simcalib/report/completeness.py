@@ -8,9 +8,9 @@ that grows while the report renders is judged as it was read. The plan is made w
 (``plan_study(..., data=False)``): completeness needs the runs, seeds and calibrator digests only.
 
 A report over a study's results (a ``reports/reports.yaml`` entry's ``study``, ``simcalib report STUDY.yaml``, a
-``reports/leaderboard.yaml`` family's ``study``) keeps the rows of the study's complete benchmarks (and of any benchmark the study does not plan: the heterophily
-report's homophilous reference folder) and leaves out every row of the others, which it names in one line with how
-far each is::
+``reports/leaderboard.yaml`` family's ``study``) keeps the rows of the study's complete benchmarks (and of any
+benchmark the study does not plan: the heterophily report's homophilous reference folder) and leaves out every row
+of the others, which it names in one line with how far each is::
 
     Pubmed GCN: 37 of 75 runs; Pubmed GAT: not started; left out until complete (study/offline.yaml: ...)
 
@@ -65,7 +65,7 @@ class Completeness:
 
     study: str
     ledgers: tuple[BenchmarkLedger, ...]
-    planned: frozenset[tuple[str, str]] = frozenset()  # (dataset, backbone) of every benchmark the study plans
+    planned: frozenset[tuple[str, str]]  # (dataset, backbone) of every benchmark the study plans
 
     @property
     def incomplete(self) -> tuple[BenchmarkLedger, ...]:
@@ -180,12 +180,11 @@ def complete_only(results: StudyResults,
         if len(predictions):
             predictions = predictions[~completeness.left_out(predictions)].reset_index(drop=True)
         lines.append(completeness.line())
-    unplanned = []
     if not keep_unplanned:
         rows, predictions, unplanned = _planned_only(rows, predictions, planned)
-    if unplanned:
-        lines.append(f"{', '.join(unplanned)}: planned by none of {', '.join(map(str, files))}; left out (add the "
-                     "study file that computes them to the report's study)")
+        if unplanned:
+            lines.append(f"{', '.join(unplanned)}: planned by none of {', '.join(map(str, files))}; left out (add "
+                         "the study file that computes them to the report's study)")
     return replace(results, rows=rows, predictions=predictions, notes=list(results.notes), left_out="; ".join(line for line in lines if line))
 
 

@@ -119,18 +119,19 @@ def test_selection_counts_per_family():
 def test_the_answer_sentence_says_a_fixed_choice_does_as_well_only_when_autocal_never_beats_it():
     rows, _ = pair_rows(pd.DataFrame(_autocal(equal_to="GATS")), pd.DataFrame(_headline()))
     table = regret_table(rows, "homophilous", "GATS")
-    assert answer_sentence(table).startswith("Does a fixed choice do as well as AutoCal on the homophilous benchmarks? "
+    assert answer_sentence(answer_table(table)).startswith("Does a fixed choice do as well as AutoCal on the homophilous benchmarks? "
                                              "Yes: always GATS, recommended (homophilous): GATS do at least as well")
     rows, _ = pair_rows(pd.DataFrame(_autocal(equal_to="Best")), pd.DataFrame(_headline()))
     beaten = regret_table(rows, "homophilous", "GATS")
     assert "benchmarks? No: AutoCal beats each fixed choice somewhere and none beats it anywhere" in \
-        answer_sentence(beaten)
+        answer_sentence(answer_table(beaten))
     ts = answer_table(beaten).set_index("choice").loc["always TS"]
     assert (ts["autocal_lower"], ts["autocal_higher"], ts["cells"], ts["benchmarks"]) == (2, 0, 2, 1)
     assert ts["ece_regret"] == pytest.approx(1.0)  # TS's offset over Best on every run
     # one verdict per family: a fixed choice that does as well on one family says nothing of another
     rows, _ = pair_rows(pd.DataFrame(_autocal("Texas", equal_to="Best")), pd.DataFrame(_headline("Texas")))
-    both = answer_sentence(pd.concat([table, regret_table(rows, "heterophilous", "GATS")], ignore_index=True))
+    both = answer_sentence(answer_table(pd.concat([table, regret_table(rows, "heterophilous", "GATS")],
+                                                  ignore_index=True)))
     homophilous, heterophilous = both.split(" Does a fixed choice do as well as AutoCal on the heterophilous benchmarks? ")
     assert "homophilous benchmarks? Yes:" in homophilous and "1 benchmarks, 2 benchmark-metric cells" in homophilous
     assert heterophilous.startswith("No: AutoCal beats each fixed choice")
@@ -143,7 +144,7 @@ def test_the_answer_sentence_names_the_fixed_choices_that_beat_autocal_where_it_
 
     cells = [cell("always TS", "Actor", -2.0, -1.0), cell("always TS", "Texas", 0.5, 1.5),
              cell("always GATS", "Actor", -2.0, -1.0), cell("always GATS", "Texas", -0.5, 0.5)]
-    sentence = answer_sentence(pd.DataFrame(cells))
+    sentence = answer_sentence(answer_table(pd.DataFrame(cells)))
     assert sentence.startswith("Does a fixed choice do as well as AutoCal on the heterophilous benchmarks? No single "
                                "choice does: AutoCal beats each fixed choice somewhere, and always TS beats AutoCal "
                                "somewhere (2 benchmarks, 2 benchmark-metric cells;")
