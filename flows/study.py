@@ -138,14 +138,16 @@ def _runner_spec(execution, layout: DeviceLayout | None = None) -> TaskRunnerSpe
 
 
 @flow(name="study", log_prints=True)
-def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = None, plan: dict | None = None) -> dict:
+def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = None, plan: dict | None = None,
+               wait: bool = False) -> dict:
     """Run the study described by ``study_file`` (``overrides``: nested keys that win over the file).
     ``plan``: the study already resolved (:meth:`~simcalib.experiment.plan.StudyPlan.to_json`, as ``simcalib study run``
-    passes it); else the file is resolved here, once, before the task runner (a Dask cluster, processes) starts."""
+    passes it); else the file is resolved here, once, before the task runner (a Dask cluster, processes) starts.
+    ``wait``: where another process writes to the output folder, wait for it to finish instead of failing."""
     study_plan = StudyPlan.from_json(plan) if plan is not None else plan_study(load_study(study_file, overrides))
     execution = study_plan.execution
     spec = _runner_spec(execution, study_layout(study_plan))
-    with results_lock(study_plan.output, command=f"simcalib study run {study_file}", notify=print), \
+    with results_lock(study_plan.output, command=f"simcalib study run {study_file}", wait=wait, notify=print), \
             shared_api_server(spec):
         splits = []
         for benchmark in study_plan.benchmarks:
@@ -157,20 +159,21 @@ def study_flow(study_file: str = "study/quick.yaml", overrides: dict | None = No
             check_split_sources(benchmark.out_dir, benchmark.split_sources)
         subflow = run_study.with_options(task_runner=make_task_runner(spec), name="run-study",
                                          flow_run_name=f"{study_plan.name}-{execution.runner}")
-        return {**subflow(plan if plan is not None else study_plan.to_json()), "splits": splits}
+        return {**subflow(plan if plan is not None else study_plan.to_json(), wait), "splits": splits}
 
 
 @flow(name="run-study", log_prints=True)
-def run_study(plan: dict) -> dict:
+def run_study(plan: dict, wait: bool = False) -> dict:
     """The fan-out of a resolved study (:meth:`~simcalib.experiment.plan.StudyPlan.to_json`, recorded as this flow
-    run's parameter) on the task runner this flow was given."""
+    run's parameter) on the task runner this flow was given; ``wait`` as :func:`study_flow`'s."""
     logger = get_run_logger()
     study = StudyPlan.from_json(plan)
     execution = study.execution
     layout = study_layout(study)
     with contextlib.ExitStack() as locks:
         def hold(benchmark: BenchmarkPlan) -> None:
-            locks.enter_context(results_lock(benchmark.out_dir, command=f"simcalib study run {study.source}"))
+            locks.enter_context(results_lock(benchmark.out_dir, command=f"simcalib study run {study.source}",
+                                             wait=wait, notify=print))
 
         schedule = Schedule(study.benchmarks, layout, execution.batch_calibrators, execution.models_per_batch,
                             execution.save_predictions, hold)

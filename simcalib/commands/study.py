@@ -35,6 +35,8 @@ def register(sub) -> None:
     add_override_options(run)
     run.add_argument("--no-report", action="store_true", help="do not build the report at the end")
     run.add_argument("--verbose", action="store_true", help="also show Prefect's log line for every task run")
+    run.add_argument("--wait", action="store_true",
+                     help="if another command writes to the same output folder, wait for it to finish instead of failing")
     run.set_defaults(func=run_study)
 
     check = study_sub.add_parser("check", help="validate a study file and print its plan: what it would run (no work)")
@@ -179,7 +181,7 @@ def run_study(args: argparse.Namespace) -> int:
           f"plan {plan.digest()}", flush=True)
     _exit_cleanly_on_sigterm(study.output)
     try:
-        result = study_flow(args.study_file, overrides or None, plan.to_json())
+        result = study_flow(args.study_file, overrides or None, plan.to_json(), args.wait)
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished row is kept in {study.output}/<Dataset>_<Backbone>/results.csv; "
               f"run the same command to resume", file=sys.stderr)

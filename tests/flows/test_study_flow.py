@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -340,6 +341,23 @@ def test_a_second_writer_on_the_study_folder_is_refused_naming_the_holder(refere
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_waiting_study_starts_once_the_holder_of_its_folder_is_gone(reference, caplog):
+    from flows.study import study_flow
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(reference.output)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        killer = threading.Timer(3.0, holder.kill)  # the holder goes (killed, as the worst case) while the study waits
+        killer.start()
+        result = study_flow(str(reference.study_file), wait=True)
+        killer.join()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert f"waiting for pid {holder.pid} on " in caplog.text  # the flow's prints are its log lines
+    assert result["tasks"]["pretrain"] == {"computed": 0, "failed": 0}  # the reference study is complete: resumed, nothing to do
 
 
 HOLD_LOCK = """
