@@ -191,11 +191,13 @@ def run_paired_tests(args: argparse.Namespace) -> int:
 
 
 def run_cost(args: argparse.Namespace) -> int:
+    import contextlib
     import os
 
     import numpy as np
 
     from simcalib.data.registry import get_spec
+    from simcalib.errors import UnknownNameError
     from simcalib.experiment.study import load_study
     from simcalib.report.cost import makespan, read_results, study_cost
 
@@ -209,8 +211,12 @@ def run_cost(args: argparse.Namespace) -> int:
     names = [c.name for c in study.calibrators]
     runs_asked = {dataset: study.runs_per_benchmark(dataset) for dataset, _ in study.benchmarks()}
     workers = study.spec.task_runner.workers
+    rows = read_results(args.results)
     nodes = {dataset: get_spec(dataset).num_nodes for dataset, _ in study.benchmarks()}
-    table, projected = study_cost(read_results(args.results), study.benchmarks(), names, runs_asked, cache, nodes)
+    for dataset in set(rows["dataset"].astype(str)) - set(nodes):  # other graphs' rows: sources of the projection
+        with contextlib.suppress(UnknownNameError):
+            nodes[dataset] = get_spec(dataset).num_nodes
+    table, projected = study_cost(rows, study.benchmarks(), names, runs_asked, cache, nodes)
     print(f"{args.study}: runs {study.describe_runs()}; {len(names)} calibrators, {workers} worker processes; "
           f"backbones from {cache}")
     print(f"{'benchmark':<16} {'done':>4} {'with rows':>9} {'backbones':>9} {'epochs':>6} {'s/epoch':>8} "
@@ -225,6 +231,10 @@ def run_cost(args: argparse.Namespace) -> int:
     if projected:
         print("fit seconds projected by node count (no row on the benchmark): " + ", ".join(
             f"{d} {b} {n} from {source} {source_backbone}" for (d, b, n), (source, source_backbone) in projected.items()))
+    unmeasured = sorted({n for entry in table["unmeasured"] for n in entry})
+    if unmeasured:
+        print(f"not counted: {', '.join(unmeasured)} (no row below {', '.join(map(str, args.results))}, so no fit "
+              "seconds to project); the costs above leave them out: name a results folder that holds their rows")
     measured = table.dropna(subset=["backbone_s"])
     whole = float(sum(runs_asked[r.dataset] * r.run_s for r in measured.itertuples()))
     rest = measured["remaining_s"].sum()

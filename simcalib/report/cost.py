@@ -7,7 +7,9 @@ Per benchmark of the study, from what a pass left on disk:
   logits digest is among the rows' ``backbone_digest`` count;
 * each calibrator's fit seconds :math:`f_c`, the mean ``fit_seconds`` of its rows. A calibrator with no row on a
   benchmark takes the seconds of the same calibrator on the most similar benchmark with rows (the same backbone
-  first, then the nearest node count), scaled by node count: :math:`f_c(b) = f_c(b') \, n(b) / n(b')`.
+  first, then the nearest node count), scaled by node count: :math:`f_c(b) = f_c(b') \, n(b) / n(b')`; the source
+  may be any benchmark of the rows read, planned by the study or not. A calibrator with no row anywhere has no
+  cost to project: it is named (``unmeasured``), never counted as free.
 
 The rest of the study: with :math:`R` runs asked per benchmark, :math:`r_c` rows of calibrator :math:`c` and
 :math:`m` runs without any row, :math:`m\, t_\text{backbone} + \sum_c \max(R - r_c, 0)\, f_c` CPU-seconds; wall
@@ -114,20 +116,29 @@ def study_cost(rows: pd.DataFrame, benchmarks: Sequence[tuple[str, str]], calibr
                runs_asked: int | Mapping[str, int], cache: Path, nodes: Mapping[str, int]) -> tuple[pd.DataFrame, dict]:
     """Per benchmark: runs done (every calibrator has its row), runs with rows, cached backbones counted, mean
     epochs, seconds per epoch, backbone seconds, the calibrators' fit seconds summed, a run's seconds, the
-    remaining CPU-seconds and the remaining runs' seconds as tasks (``tasks``: a list). ``runs_asked``: the planned
-    runs of every benchmark, or per dataset (a study's ``runs.per_dataset``). Benchmarks without a
-    cached backbone are left out, with NaN costs. Also returns the projected fits of :func:`fill_unmeasured`."""
+    remaining CPU-seconds, the remaining runs' seconds as tasks (``tasks``: a list) and the calibrators without a
+    fit to count (``unmeasured``: no row of theirs below the folders read, so calib s and the rest leave them out).
+    ``runs_asked``: the planned runs of every benchmark, or per dataset (a study's ``runs.per_dataset``). Fits of
+    benchmarks the study does not plan serve as sources of the projection where ``nodes`` has their dataset.
+    Benchmarks without a cached backbone are left out, with NaN costs. Also returns the projected fits of
+    :func:`fill_unmeasured`."""
     names = list(calibrators)
     digests = set(rows.get("backbone_digest", pd.Series(dtype=str)).dropna().astype(str))
-    fits = pd.DataFrame(np.nan, index=pd.MultiIndex.from_tuples(list(benchmarks)), columns=names)
+    ours = rows[rows["calibrator"].isin(names)]
+    sources = sorted({(d, b) for d, b in zip(ours["dataset"], ours["backbone"]) if d in nodes} - set(benchmarks))
+    fits = pd.DataFrame(np.nan, index=pd.MultiIndex.from_tuples([*benchmarks, *sources]), columns=names)
+    for (dataset, backbone), mine in ours.groupby(["dataset", "backbone"]):
+        if (dataset, backbone) in fits.index:
+            fits.loc[(dataset, backbone)] = mine.groupby("calibrator")["fit_seconds"].mean().reindex(names)
     counts = {}
     for dataset, backbone in benchmarks:
-        mine = rows[(rows["dataset"] == dataset) & (rows["backbone"] == backbone) & rows["calibrator"].isin(names)]
+        mine = ours[(ours["dataset"] == dataset) & (ours["backbone"] == backbone)]
         per_run = mine.groupby(RUN_KEYS)["calibrator"].nunique()
         counts[dataset, backbone] = (int((per_run == len(names)).sum()), len(per_run),
                                      mine.groupby("calibrator").size().reindex(names, fill_value=0))
-        fits.loc[(dataset, backbone)] = mine.groupby("calibrator")["fit_seconds"].mean().reindex(names)
     filled, projected = fill_unmeasured(fits, nodes)
+    planned = set(benchmarks)
+    projected = {key: source for key, source in projected.items() if key[:2] in planned}
     table = []
     for dataset, backbone in benchmarks:
         done, with_rows, per_calibrator = counts[dataset, backbone]
@@ -136,7 +147,8 @@ def study_cost(rows: pd.DataFrame, benchmarks: Sequence[tuple[str, str]], calibr
         calib_s = float(np.nansum(fit.to_numpy()))
         entry = {"dataset": dataset, "backbone": backbone, "done": done, "with_rows": with_rows,
                  "backbones": len(costs), "epochs": math.nan, "s_per_epoch": math.nan, "backbone_s": math.nan,
-                 "calib_s": calib_s, "run_s": math.nan, "remaining_s": math.nan, "tasks": []}
+                 "calib_s": calib_s, "run_s": math.nan, "remaining_s": math.nan, "tasks": [],
+                 "unmeasured": [n for n in names if np.isnan(fit[n])]}
         if not costs.empty:
             backbone_s = float(costs["seconds"].mean())
             asked = runs_asked[dataset] if isinstance(runs_asked, Mapping) else runs_asked

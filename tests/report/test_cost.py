@@ -147,3 +147,32 @@ def test_the_cost_of_a_shift_or_conformal_study_is_refused_in_one_line(study, ca
                      str(root / "study" / f"{study}.yaml")]) == 2
     err = capsys.readouterr().err.strip()
     assert f"declares {study} benchmarks" in err and "fit_seconds" in err and len(err.splitlines()) == 1
+
+
+def test_fits_of_a_benchmark_the_study_does_not_plan_project_it_and_a_calibrator_without_rows_is_named(tmp_path, capsys):
+    """A study of Citeseer GCN with TS and VS: the folder holds TS rows of Cora GCN only (another study's). TS's
+    cost on Citeseer is projected from Cora's by node count; VS has no row anywhere, so its cost is not counted
+    as zero in silence: the command names it."""
+    from simcalib.report.cost import study_cost
+
+    folder = tmp_path / "cache" / "backbones" / "Citeseer" / "GCN"
+    folder.mkdir(parents=True)
+    torch.save({"epochs": 10, "train_seconds": 2.0, "logits": torch.zeros(3, 2)}, folder / "0.pt")
+    rows = pd.DataFrame([{"dataset": "Cora", "backbone": "GCN", "calibrator": "TS", "split": 0, "init": 0,
+                          "fold": 0, "seed": 0, "fit_seconds": 1.0, "backbone_digest": "x"}])
+    table, projected = study_cost(rows, [("Citeseer", "GCN")], ["TS", "VS"], 2, tmp_path / "cache",
+                                  {"Cora": 2708, "Citeseer": 3327})
+    assert projected == {("Citeseer", "GCN", "TS"): ("Cora", "GCN")}  # the source's own cells are not listed
+    citeseer = table.iloc[0]
+    assert citeseer["calib_s"] == pytest.approx(3327 / 2708) and citeseer["unmeasured"] == ["VS"]
+    assert citeseer["remaining_s"] == pytest.approx(2 * (2.0 + 3327 / 2708))
+
+    study = tmp_path / "study.yaml"
+    study.write_text("name: c\nbenchmarks: {datasets: [Citeseer], backbones: [GCN]}\ncalibrators: [TS, VS]\n"
+                     "runs: {splits: 1, inits: 1, folds: 2}\n")
+    (tmp_path / "results").mkdir()
+    rows.to_csv(tmp_path / "results" / "results.csv", index=False)
+    assert cli.main(["cost", str(tmp_path / "results"), "--study", str(study), "--cache", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out
+    assert "Citeseer GCN TS from Cora GCN" in out
+    assert "not counted: VS (no row below" in out and "name a results folder that holds their rows" in out
