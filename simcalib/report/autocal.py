@@ -16,7 +16,8 @@ Per benchmark and metric m (test ECE in percent, NLL), over the paired runs R:
 * the regret of a choice :math:`a` (AutoCal, or a fixed calibrator), run by run :math:`m_a(r) - m_{b_m}(r)`, and
   its mean over R with the 95% interval of :func:`simcalib.report.bootstrap.mean_interval` (whole splits resampled,
   the leaderboard's resampling unit). The fixed choices: always TS, always GATS, and the family's recommended
-  calibrator (``recommendation.csv`` beside the families file). The best calibrator's own regret is 0;
+  calibrator (``recommendation.csv`` beside the families file; one of the first two, it is that row, marked
+  "recommended"). The best calibrator's own regret is 0;
 * AutoCal minus each fixed choice, paired the same way: a fixed choice "does as well" on a benchmark and metric
   when this interval does not lie wholly below 0.
 
@@ -100,10 +101,13 @@ def _mean_and_interval(values: pd.Series, splits: np.ndarray) -> tuple[float, fl
 
 def regret_table(rows: pd.DataFrame, family: str, recommended: str | None) -> pd.DataFrame:
     """One benchmark's regret rows (:data:`REGRET_COLUMNS`): per metric, AutoCal, TS, GATS and ``recommended``
-    (the family's calibrator) against the best calibrator on the paired runs ``rows`` (:func:`pair_rows`)."""
+    (the family's calibrator) against the best calibrator on the paired runs ``rows`` (:func:`pair_rows`). A
+    recommendation that is one of the fixed choices is that choice's row, labelled ``always GATS (recommended)``,
+    not a second row with the same numbers."""
     records = []
-    choices = [("AutoCal", AUTOCAL), *((f"always {c}", c) for c in FIXED)]
-    if recommended:
+    choices = [("AutoCal", AUTOCAL),
+               *((f"always {c}" + (" (recommended)" if c == recommended else ""), c) for c in FIXED)]
+    if recommended and recommended not in FIXED:
         choices.append((f"recommended ({family})", recommended))
     for metric in METRICS:
         wide = per_run(rows, metric)
@@ -172,8 +176,10 @@ def answer_sentence(answer: pd.DataFrame) -> str:
     """Whether a fixed choice does at least as well as AutoCal, one sentence per family of graphs, from the counts of
     the answer table ``answer`` (:func:`answer_table`): a fixed choice does as well when AutoCal is lower on none of
     the family's benchmark-metric cells. When AutoCal beats every fixed choice somewhere, the sentence names the
-    fixed choices that beat AutoCal somewhere."""
-    return " ".join(_family_answer(family, part) for family, part in answer.groupby("family", sort=False))
+    fixed choices that beat AutoCal somewhere. "Beats" is defined once, at the end."""
+    families = " ".join(_family_answer(family, part) for family, part in answer.groupby("family", sort=False))
+    return (f"Does a fixed choice do as well as AutoCal? {families} (\"Beats\": the 95% interval of AutoCal minus the "
+            "fixed choice, paired by run, lies wholly on one side of 0.)")
 
 
 def _family_answer(family: str, answer: pd.DataFrame) -> str:
@@ -182,22 +188,25 @@ def _family_answer(family: str, answer: pd.DataFrame) -> str:
     as_well = [n for n, lower in zip(named, fixed["autocal_lower"]) if lower == 0]
     beats = [n for n, higher in zip(named, fixed["autocal_higher"]) if higher > 0]
     if as_well:
-        verdict = f"yes: {', '.join(as_well)} {'does' if len(as_well) == 1 else 'do'} at least as well as AutoCal"
+        verdict = f"yes, {_listed(as_well)} {'does' if len(as_well) == 1 else 'do'} at least as well as AutoCal"
     elif beats:
-        verdict = (f"no single choice does: AutoCal beats each fixed choice somewhere, and {', '.join(beats)} "
+        verdict = (f"no single choice does: AutoCal beats each fixed choice somewhere, and {_listed(beats)} "
                    f"{'beats' if len(beats) == 1 else 'beat'} AutoCal somewhere")
     else:
         verdict = "no: AutoCal beats each fixed choice somewhere and none beats it anywhere"
     cells = int(fixed["cells"].max()) if len(fixed) else 0
     benchmarks = int(answer["benchmarks"].max())
-    return (f"Does a fixed choice do as well as AutoCal on the {family} benchmarks? {verdict[0].upper()}{verdict[1:]} "
-            f"({benchmarks} benchmarks, {cells} benchmark-metric cells; \"beats\": the 95% interval of AutoCal minus the "
-            "fixed choice, paired by run, lies wholly on one side of 0).")
+    return f"{family.capitalize()} graphs ({benchmarks} benchmarks, {cells} benchmark-metric cells): {verdict}."
+
+
+def _listed(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _choice_label(choice: str, calibrator: str) -> str:
-    """``always TS``, or with the calibrator a label does not name: ``recommended (binary): Dirichlet``."""
-    return choice if choice.endswith(calibrator) else f"{choice}: {calibrator}"
+    """``always TS``, ``always GATS (recommended)``, or with the calibrator a label does not name:
+    ``recommended (binary): Dirichlet``."""
+    return choice if calibrator in choice.replace("(", " ").replace(")", " ").split() else f"{choice}: {calibrator}"
 
 
 def _answer_rows(answer: pd.DataFrame) -> list[list[str]]:

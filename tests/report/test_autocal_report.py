@@ -63,8 +63,11 @@ def test_a_calibrator_equal_to_the_best_has_zero_regret_and_the_others_their_off
     assert ece.loc["AutoCal", "regret"] == pytest.approx(0.0, abs=1e-12)
     assert ece.loc["AutoCal", ["regret_low", "regret_high"]].tolist() == pytest.approx([0.0, 0.0], abs=1e-12)
     assert ece.loc["always TS", "regret"] == pytest.approx(1.0)
-    assert ece.loc["always GATS", "regret"] == pytest.approx(0.5)
-    assert ece.loc["recommended (homophilous)", "calibrator"] == "GATS"
+    assert ece.loc["always GATS (recommended)", "regret"] == pytest.approx(0.5)
+    assert "recommended (homophilous)" not in ece.index  # the recommendation GATS is always GATS's row, marked
+    assert ece.loc["always GATS (recommended)", "calibrator"] == "GATS"
+    assert regret_table(rows, "heterophilous", "ETS").query("metric == 'ece'").set_index("choice").loc[
+        "recommended (heterophilous)", "regret"] == pytest.approx(2.0)  # one that is not a fixed choice: its own row
     assert ece.loc["always TS", "vs_autocal"] == pytest.approx(-1.0)  # AutoCal minus TS: AutoCal better
     assert set(ece["runs"]) == {15}
 
@@ -119,11 +122,12 @@ def test_selection_counts_per_family():
 def test_the_answer_sentence_says_a_fixed_choice_does_as_well_only_when_autocal_never_beats_it():
     rows, _ = pair_rows(pd.DataFrame(_autocal(equal_to="GATS")), pd.DataFrame(_headline()))
     table = regret_table(rows, "homophilous", "GATS")
-    assert answer_sentence(answer_table(table)).startswith("Does a fixed choice do as well as AutoCal on the homophilous benchmarks? "
-                                             "Yes: always GATS, recommended (homophilous): GATS do at least as well")
+    assert answer_sentence(answer_table(table)).startswith(
+        "Does a fixed choice do as well as AutoCal? Homophilous graphs (1 benchmarks, 2 benchmark-metric cells): yes, "
+        "always GATS (recommended) does at least as well as AutoCal.")
     rows, _ = pair_rows(pd.DataFrame(_autocal(equal_to="Best")), pd.DataFrame(_headline()))
     beaten = regret_table(rows, "homophilous", "GATS")
-    assert "benchmarks? No: AutoCal beats each fixed choice somewhere and none beats it anywhere" in \
+    assert "cells): no: AutoCal beats each fixed choice somewhere and none beats it anywhere." in \
         answer_sentence(answer_table(beaten))
     ts = answer_table(beaten).set_index("choice").loc["always TS"]
     assert (ts["autocal_lower"], ts["autocal_higher"], ts["cells"], ts["benchmarks"]) == (2, 0, 2, 1)
@@ -132,9 +136,11 @@ def test_the_answer_sentence_says_a_fixed_choice_does_as_well_only_when_autocal_
     rows, _ = pair_rows(pd.DataFrame(_autocal("Texas", equal_to="Best")), pd.DataFrame(_headline("Texas")))
     both = answer_sentence(answer_table(pd.concat([table, regret_table(rows, "heterophilous", "GATS")],
                                                   ignore_index=True)))
-    homophilous, heterophilous = both.split(" Does a fixed choice do as well as AutoCal on the heterophilous benchmarks? ")
-    assert "homophilous benchmarks? Yes:" in homophilous and "1 benchmarks, 2 benchmark-metric cells" in homophilous
-    assert heterophilous.startswith("No: AutoCal beats each fixed choice")
+    homophilous, heterophilous = both.split(" Heterophilous graphs (1 benchmarks, 2 benchmark-metric cells): ")
+    assert homophilous.endswith("Homophilous graphs (1 benchmarks, 2 benchmark-metric cells): yes, always GATS "
+                                "(recommended) does at least as well as AutoCal.")
+    assert heterophilous.startswith("no: AutoCal beats each fixed choice")
+    assert both.count('"Beats"') == 1 and both.endswith("lies wholly on one side of 0.)")  # defined once
 
 
 def test_the_answer_sentence_names_the_fixed_choices_that_beat_autocal_where_it_beats_each_somewhere():
@@ -145,9 +151,9 @@ def test_the_answer_sentence_names_the_fixed_choices_that_beat_autocal_where_it_
     cells = [cell("always TS", "Actor", -2.0, -1.0), cell("always TS", "Texas", 0.5, 1.5),
              cell("always GATS", "Actor", -2.0, -1.0), cell("always GATS", "Texas", -0.5, 0.5)]
     sentence = answer_sentence(answer_table(pd.DataFrame(cells)))
-    assert sentence.startswith("Does a fixed choice do as well as AutoCal on the heterophilous benchmarks? No single "
-                               "choice does: AutoCal beats each fixed choice somewhere, and always TS beats AutoCal "
-                               "somewhere (2 benchmarks, 2 benchmark-metric cells;")
+    assert sentence.startswith("Does a fixed choice do as well as AutoCal? Heterophilous graphs (2 benchmarks, 2 "
+                               "benchmark-metric cells): no single choice does: AutoCal beats each fixed choice "
+                               "somewhere, and always TS beats AutoCal somewhere.")
     gats = answer_table(pd.DataFrame(cells)).set_index("choice").loc["always GATS"]
     assert (gats["autocal_lower"], gats["autocal_higher"]) == (1, 0)
 
@@ -168,15 +174,15 @@ def test_make_report_renders_the_autocal_entry_from_its_rows(tmp_path, capsys, m
     assert main(["report", "--every", "reports.yaml"]) == 0
     assert "report: out/report.md" in capsys.readouterr().out
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "homophilous benchmarks? Yes: always GATS, recommended (homophilous): GATS do at least as well" in report
+    assert "Homophilous graphs (1 benchmarks, 2 benchmark-metric cells): yes, always GATS (recommended) does" in report
     assert "| homophilous | always TS | 1 | +1.00 | +0.100 | 2 | 0 | 2 |" in report  # TS 1 point above the best
     assert report.index("## Answer") < report.index("## Per benchmark") < report.index("| Cora GCN | ECE (%) |")
     assert "Cora GCN: 15 runs, init(s) 0 of the headline's 15" in report
     assert "| homophilous | 0 | 0 | 0 | 0 | 15 | 0 |" in report
     readme = (tmp_path / "README.md").read_text()
-    assert "Yes: always GATS" in readme and "| Cora GCN | ECE (%) |" not in readme  # the answer, not every cell
+    assert "yes, always GATS (recommended)" in readme and "| Cora GCN | ECE (%) |" not in readme  # the answer, not every cell
     regret = pd.read_csv(tmp_path / "out" / "regret.csv")
-    assert regret.loc[(regret["choice"] == "always GATS") & (regret["metric"] == "ece"), "regret"].iloc[0] == \
+    assert regret.loc[(regret["choice"] == "always GATS (recommended)") & (regret["metric"] == "ece"), "regret"].iloc[0] == \
         pytest.approx(0.5)
 
 
