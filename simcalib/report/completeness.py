@@ -12,7 +12,8 @@ A report over a study's results (a ``reports/reports.yaml`` entry's ``study``, `
 benchmark the study does not plan: the heterophily report's homophilous reference folder) and leaves out every row
 of the others, which it names in one line with how far each is::
 
-    Pubmed GCN: 37 of 75 runs; Pubmed GAT: not started; left out until complete (study/offline.yaml: ...)
+    Left out until complete (every planned run with a row of each planned calibrator): Pubmed GCN: 37 of 75 runs;
+    Pubmed GAT: not started (study/offline.yaml)
 
 A report whose results folder only its study files write (the AutoCal report's) also leaves out, and names, the
 rows of a benchmark that none of them plans: a slice whose study file the report does not list.
@@ -44,6 +45,7 @@ from simcalib.report.results import StudyResults
 from simcalib.store.integrity import comparable_rate
 
 LEFT_OUT = "left out until complete"
+INCOMPLETE = f"{LEFT_OUT.capitalize()} (every planned run with a row of each planned calibrator)"
 
 
 def benchmark_label(ledger: BenchmarkLedger) -> str:
@@ -72,11 +74,10 @@ class Completeness:
         return tuple(ledger for ledger in self.ledgers if not ledger.complete)
 
     def line(self) -> str:
-        """The incomplete benchmarks and how far each is, in one line; empty when every one is complete."""
+        """The incomplete benchmarks, how far each is and the study file that plans them, in one line; empty when
+        every one is complete."""
         parts = [f"{benchmark_label(ledger)}: {progress(ledger)}" for ledger in self.incomplete]
-        if not parts:
-            return ""
-        return "; ".join([*parts, f"{LEFT_OUT} ({self.study}: every planned run with a row of each planned calibrator)"])
+        return f"{'; '.join(parts)} ({self.study})" if parts else ""
 
     def left_out(self, frame: pd.DataFrame) -> np.ndarray:
         """A mask of the rows of ``frame`` (results rows or the index of saved predictions) that belong to an
@@ -179,13 +180,16 @@ def complete_only(results: StudyResults,
         rows = rows[~completeness.left_out(rows)].reset_index(drop=True)
         if len(predictions):
             predictions = predictions[~completeness.left_out(predictions)].reset_index(drop=True)
-        lines.append(completeness.line())
+        if completeness.line():
+            lines.append(completeness.line())
+    sentences = [f"{INCOMPLETE}: {'; '.join(lines)}"] if lines else []
     if not keep_unplanned:
         rows, predictions, unplanned = _planned_only(rows, predictions, planned)
         if unplanned:
-            lines.append(f"{', '.join(unplanned)}: planned by none of {', '.join(map(str, files))}; left out (add "
-                         "the study file that computes them to the report's study)")
-    return replace(results, rows=rows, predictions=predictions, notes=list(results.notes), left_out="; ".join(line for line in lines if line))
+            sentences.append(f"{', '.join(unplanned)}: planned by none of {', '.join(map(str, files))}; left out "
+                             "(add the study file that computes them to the report's study)")
+    return replace(results, rows=rows, predictions=predictions, notes=list(results.notes),
+                   left_out=". ".join(sentences))
 
 
 __all__ = ["LEFT_OUT", "Completeness", "benchmark_label", "complete_calibrators", "complete_only", "progress",

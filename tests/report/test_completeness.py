@@ -70,8 +70,8 @@ def partial_study(study_file) -> Path:
     return study_file
 
 
-LINE = ("Pubmed GCN: 3 of 6 runs; Pubmed GAT: not started; left out until complete ({study}: every planned run "
-        "with a row of each planned calibrator)")
+LINE = "Pubmed GCN: 3 of 6 runs; Pubmed GAT: not started ({study})"
+INCOMPLETE = "Left out until complete (every planned run with a row of each planned calibrator): "
 
 
 def test_the_line_names_each_incomplete_benchmark_and_how_far_it_is(partial_study):
@@ -91,9 +91,10 @@ def test_several_study_files_over_one_folder_each_leave_out_their_incomplete_ben
     results = load_study_results(partial_study.parent / "results")
     kept = complete_only(results, [partial_study, other])
     assert set(kept.rows["dataset"]) == {"Cora"}
-    assert kept.left_out == "; ".join([LINE.format(study=partial_study), "Citeseer GCN: not started; left out until "
-                                       f"complete ({other}: every planned run with a row of each planned calibrator)"])
-    assert complete_only(results, partial_study).left_out == LINE.format(study=partial_study)
+    # one sentence: the phrase once, then each study's benchmarks with the study file that plans them
+    assert kept.left_out == INCOMPLETE + "; ".join([LINE.format(study=partial_study),
+                                                    f"Citeseer GCN: not started ({other})"])
+    assert complete_only(results, partial_study).left_out == INCOMPLETE + LINE.format(study=partial_study)
 
 
 def test_rows_of_a_benchmark_no_study_file_plans_are_left_out_and_named_where_the_report_asks(partial_study):
@@ -107,9 +108,9 @@ def test_rows_of_a_benchmark_no_study_file_plans_are_left_out_and_named_where_th
     assert "Citeseer" in set(complete_only(results, partial_study).rows["dataset"])  # a reference folder's, kept
     kept = complete_only(results, partial_study, keep_unplanned=False)
     assert set(kept.rows["dataset"]) == {"Cora"}
-    assert kept.left_out == "; ".join([LINE.format(study=partial_study), f"Citeseer GCN: planned by none of "
-                                       f"{partial_study}; left out (add the study file that computes them to the "
-                                       "report's study)"])
+    assert kept.left_out == INCOMPLETE + LINE.format(study=partial_study) + (
+        f". Citeseer GCN: planned by none of {partial_study}; left out (add the study file that computes them to the "
+        "report's study)")
     listed = complete_only(results, [partial_study, unlisted], keep_unplanned=False)  # listed: judged by its own plan (2 of 6 runs)
     assert "Citeseer" not in set(listed.rows["dataset"]) and "Citeseer GCN: 2 of 6 runs" in listed.left_out
 
@@ -128,7 +129,7 @@ def test_a_partial_benchmark_is_left_out_of_the_tables_and_tests_and_named_under
     paired = pd.read_csv(out.folder / "significance" / "paired_runs_all.csv")
     assert set(paired["dataset"]) == {"Cora"}
     assert out.significance.ours["n"] == 2  # the paper's test over Cora GCN and GAT only
-    line = f"**Not in this report:** {LINE.format(study=partial_study)}."
+    line = f"**Not in this report:** {INCOMPLETE}{LINE.format(study=partial_study)}."
     assert line in out.summary_md.read_text()
     summary = out.report_md.read_text().split("## Contents")[0]
     assert summary.rstrip().endswith(line)  # the last line of the summary
@@ -164,7 +165,7 @@ def test_the_leaderboard_ranks_the_complete_benchmarks_and_names_the_others(part
     result = build_leaderboard([Family("f", "Tiny", (results,), study=str(partial_study))], n_resamples=50)
     assert set(result.benchmarks["dataset"]) == {"Cora"}
     assert int(result.table["benchmarks"].iloc[0]) == 2
-    assert f"**Not ranked:** {LINE.format(study=partial_study)}." in leaderboard_markdown(result)
+    assert f"**Not ranked:** {INCOMPLETE}{LINE.format(study=partial_study)}." in leaderboard_markdown(result)
     unruled = build_leaderboard([Family("f", "Tiny", (results,))], n_resamples=50)
     assert "Pubmed" in set(unruled.benchmarks["dataset"])
 
