@@ -16,8 +16,8 @@ Per benchmark and metric m (test ECE in percent, NLL), over the paired runs R:
 * the regret of a choice :math:`a` (AutoCal, or a fixed calibrator), run by run :math:`m_a(r) - m_{b_m}(r)`, and
   its mean over R with the 95% interval of :func:`simcalib.report.bootstrap.mean_interval` (whole splits resampled,
   the leaderboard's resampling unit). The fixed choices: always TS, always GATS, and the family's recommended
-  calibrator (``recommendation.csv`` beside the families file; one of the first two, it is that row, marked
-  "recommended"). The best calibrator's own regret is 0;
+  calibrator (``recommendation.csv`` beside the families file; where it is TS or GATS, that row is marked
+  "recommended" rather than repeated). The best calibrator's own regret is 0;
 * AutoCal minus each fixed choice, paired the same way: a fixed choice "does as well" on a benchmark and metric
   when this interval does not lie wholly below 0.
 
@@ -173,7 +173,7 @@ def answer_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def answer_sentence(answer: pd.DataFrame) -> str:
-    """Whether a fixed choice does at least as well as AutoCal, one sentence per family of graphs, from the counts of
+    """Whether a fixed choice does at least as well as AutoCal, one clause per family of graphs, from the counts of
     the answer table ``answer`` (:func:`answer_table`): a fixed choice does as well when AutoCal is lower on none of
     the family's benchmark-metric cells. When AutoCal beats every fixed choice somewhere, the sentence names the
     fixed choices that beat AutoCal somewhere. "Beats" is defined once, at the end."""

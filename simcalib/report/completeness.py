@@ -180,8 +180,9 @@ def complete_only(results: StudyResults,
         rows = rows[~completeness.left_out(rows)].reset_index(drop=True)
         if len(predictions):
             predictions = predictions[~completeness.left_out(predictions)].reset_index(drop=True)
-        if completeness.line():
-            lines.append(completeness.line())
+        line = completeness.line()
+        if line:
+            lines.append(line)
     sentences = [f"{INCOMPLETE}: {'; '.join(lines)}"] if lines else []
     if not keep_unplanned:
         rows, predictions, unplanned = _planned_only(rows, predictions, planned)
