@@ -39,6 +39,7 @@ from simcalib.report.render import (
     Heading,
     Paragraph,
     contents_block,
+    counted,
     table_block,
     to_markdown,
     write_report,
@@ -593,7 +594,7 @@ def far_from_paper(comparison: ComparisonTable, threshold: float = 1.0) -> Parag
              for r in far.itertuples()]
     below = int((far["z"] < 0).sum())
     return Paragraph(
-        f"**More than {threshold:g} paper std from the paper: {len(far)} cell(s)** ({below} below it, "
+        f"**More than {threshold:g} paper std from the paper: {counted(len(far), 'cell')}** ({below} below it, "
         f"{len(far) - below} above): " + "; ".join(cells) + ". What was checked about the largest gaps is in "
         "`docs/decisions.md` (section on the measured gaps).")
 
@@ -611,7 +612,7 @@ def significance_blocks(sig: Significance) -> list[Block]:
                      _pct(result["relative_reduction"])])
     blocks.append(table_block(["Source", "Benchmarks", "SimCalib lower", "W", "p", "Mean relative reduction"], body, 1))
     if sig.ours["n"] < 6:
-        blocks.append(Paragraph(f"With {sig.ours['n']} benchmark(s) where both SimCalib and GATS ran, the exact test "
+        blocks.append(Paragraph(f"With {counted(sig.ours['n'], 'benchmark')} where both SimCalib and GATS ran, the exact test "
                                 "cannot reach p < 0.05 (the smallest two-sided p with n pairs is 2 / 2^n)."))
     if len(sig.across):
         body = [[r.reference, str(r.n), str(r.wins), _p(r.pvalue), _p(r.pvalue_holm), _pct(r.relative_reduction)]

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from simcalib.report.render import Bullets, Heading, Paragraph, table_block, write_report
+from simcalib.report.render import Bullets, Heading, Paragraph, counted, table_block, write_report
 from simcalib.report.shift import (
     PAIR_KEYS,
     coverage_lines,
@@ -197,7 +197,7 @@ def answer_sentence(table: pd.DataFrame, answer: pd.DataFrame, correlation: pd.D
     cells = int(answer["cells"].max())
     rho = correlation["spearman"].dropna()
     significant = correlation[(correlation["pvalue"] < ALPHA) & (correlation["spearman"] > 0)]
-    return (f"Over {benchmarks} benchmark(s): the lowest mean set-size rank at alpha {alpha:g} (1 = the smallest "
+    return (f"Over {counted(benchmarks, 'benchmark')}: the lowest mean set-size rank at alpha {alpha:g} (1 = the smallest "
             f"sets of the calibrators at the same nominal coverage) per score: {'; '.join(best)}. Sets significantly "
             f"smaller than {reference}'s (cells of {cells}): "
             f"{', '.join(f'{r.calibrator} ({r.smaller})' for r in smaller.itertuples()) or 'none'}; larger: "
@@ -285,7 +285,7 @@ def build_conformal_report(results: str | os.PathLike, out: str | os.PathLike, t
         Heading(2, "What the rows hold"),
         Bullets(tuple([*coverage_lines(rows, planned), *left_out])),
         Heading(2, "What the rows show and what they cannot"),
-        Paragraph(f"{len(runs)} benchmark(s), {runs_text(int(runs.min()), int(runs.max()))} each. Each run's "
+        Paragraph(f"{counted(len(runs), 'benchmark')}, {runs_text(int(runs.min()), int(runs.max()))} each. Each run's "
                   "calibration fold is divided per class: half fits every calibrator, half sets the quantile, so each calibrator "
                   "is fitted on fewer nodes than under the protocol, and its ECE here is not the protocol's. The "
                   "quantile part is small (about 70 nodes on Cora, 23 on chameleon_filtered), so a run's coverage "

@@ -61,6 +61,11 @@ CONTENTS_TITLE = "Contents"
 CONTENTS_LEVELS = (2, 3)
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 benchmark`` or ``20 benchmarks`` (``noun`` singular, plural with an s)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def anchor(text: str) -> str:
     """A heading's link target as GitHub forms it: inline markup dropped, lower case, every character but
     letters, digits, ``_``, ``-`` and spaces removed, each space a ``-`` (no collapsing)."""

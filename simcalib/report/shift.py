@@ -37,7 +37,7 @@ import pandas as pd
 
 from simcalib.errors import DataCorruptError
 from simcalib.report.bootstrap import mean_interval
-from simcalib.report.render import Bullets, Heading, Paragraph, table_block, write_report
+from simcalib.report.render import Bullets, Heading, Paragraph, counted, table_block, write_report
 from simcalib.report.stats import holm, wilcoxon_pvalue
 from simcalib.report.summary import write_summary
 from simcalib.store.integrity import check_results
@@ -237,7 +237,7 @@ def answer_sentence(table: pd.DataFrame, answer: pd.DataFrame, reference: str = 
     nodewise = [c for c in below["calibrator"] if graph_aware(c)]
     tested = [c for c in answer["calibrator"] if graph_aware(c)]
     kept = answer[answer["kept"] > 0]
-    return (f"Over {benchmarks} benchmark(s) (dataset x backbone x shift property): the lowest mean ECE rank on the "
+    return (f"Over {counted(benchmarks, 'benchmark')} (dataset x backbone x shift property): the lowest mean ECE rank on the "
             f"out-of-distribution test nodes is {best['calibrator']}'s ({best['ood_ece_rank']:.1f}). Significantly "
             f"below {reference} out of distribution (benchmarks): {listed}; below it in and out of distribution: "
             f"{', '.join(f'{r.calibrator} ({r.kept})' for r in kept.itertuples()) or 'none'}. Node-wise (graph-aware) "
@@ -360,7 +360,7 @@ def build_shift_report(results: str | os.PathLike, out: str | os.PathLike, title
         Heading(2, "What the rows hold"),
         Bullets(tuple([*coverage_lines(rows, planned), *left_out])),
         Heading(2, "What the rows show and what they cannot"),
-        Paragraph(f"{len(runs)} benchmark(s), {runs_text(int(runs.min()), int(runs.max()))} each (5 splits x 1 "
+        Paragraph(f"{counted(len(runs), 'benchmark')}, {runs_text(int(runs.min()), int(runs.max()))} each (5 splits x 1 "
                   "initialisation x 3 folds where complete). The intervals resample whole splits, so with 5 splits "
                   "they are wide, and the tests have few pairs: a difference that is not significant here is not "
                   "shown to be absent. Every benchmark is one graph and one backbone under one shift; what holds "

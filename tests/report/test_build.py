@@ -91,7 +91,7 @@ def test_cells_more_than_one_paper_std_away_are_named_in_a_sentence_from_the_num
     long["diff"] = long["ours_mean"] - long["paper_mean"]
     long["z"] = long["diff"] / long["paper_std"]
     sentence = far_from_paper(ComparisonTable(TABLE_SPECS[0], long)).text
-    assert "2 cell(s)** (1 below it, 1 above)" in sentence
+    assert "2 cells** (1 below it, 1 above)" in sentence
     assert sentence.index("Cora GAT UnCal 13.97 vs 23.31 (-5.2 std)") < sentence.index(
         "Citeseer GCN SimCalib 5.10 vs 3.94 (+1.0 std)")
     assert "GATS" not in sentence and "Photo" not in sentence

@@ -82,7 +82,7 @@ def test_the_shift_report_leads_with_the_answer_and_states_the_run_counts(tmp_pa
     assert "Below TS on both: none; below in distribution only: none" in text
     assert "Node-wise (graph-aware) calibrators below one temperature (TS) out of distribution: GATS of 1" in text
     assert "OOD ECE below TS: GATS" in text and "ID ECE below TS: none; above: UnCal, Worse" in text
-    assert "`Cora_GCN_density`: 15 runs, 4 calibrators" in text and "2 benchmark(s), 15 runs each" in text
+    assert "`Cora_GCN_density`: 15 runs, 4 calibrators" in text and "2 benchmarks, 15 runs each" in text
     assert (tmp_path / "out" / "report.html").is_file() and (tmp_path / "out" / "shift_table.csv").is_file()
     # the same run in two property folders is no repeat: each folder is checked on its own
     assert len(read_kind_rows(tmp_path / "results", ["id_ece"]).rows) == 2 * 60
@@ -98,14 +98,14 @@ def test_the_shift_answer_is_one_row_per_calibrator_over_the_benchmarks_and_its_
     assert answer.loc["Worse", ["ood_above", "id_above"]].tolist() == [2, 2]
     assert answer.loc["GATS", "benchmarks"] == 2 and answer.loc["GATS", "shift_ece_mean"] == pytest.approx(2, abs=0.2)
     sentence = answer_sentence(table, answer_table(table))
-    assert sentence.startswith("Over 2 benchmark(s) (dataset x backbone x shift property): the lowest mean ECE rank "
+    assert sentence.startswith("Over 2 benchmarks (dataset x backbone x shift property): the lowest mean ECE rank "
                                "on the out-of-distribution test nodes is GATS's (1.0). Significantly below TS out of "
                                "distribution (benchmarks): GATS (2); below it in and out of distribution: none.")
     assert sentence.endswith("out of distribution on any benchmark: 1 of 1 (GATS).")
     append_rows(tmp_path / "results" / "Cora_GCN_popularity" / "results.csv", _shift_rows("popularity"))
     build_shift_report(tmp_path / "results", tmp_path / "out", "Shift")
     summary = (tmp_path / "out" / "summary.md").read_text()  # the answer alone, for a README to embed
-    assert summary.startswith("Over 1 benchmark(s)") and "| GATS | 1 | 1.0 |" in summary
+    assert summary.startswith("Over 1 benchmark") and "| GATS | 1 | 1.0 |" in summary
     assert summary in (tmp_path / "out" / "report.md").read_text()
 
 
@@ -188,7 +188,7 @@ def test_the_conformal_answer_ranks_set_sizes_per_calibrator_and_counts_cells_ag
     assert answer.loc["Good", ["benchmarks", "smaller", "larger", "cells"]].tolist() == [2, 0, 2, 2]
     assert answer.loc["TS", "coverage_off"] == 2  # 0.907 on every run, beside 0.9 beyond its interval
     sentence = conformal_answer_sentence(table, conformal_answer_table(table), calibration_and_size(table))
-    assert sentence.startswith("Over 2 benchmark(s): the lowest mean set-size rank at alpha 0.1 (1 = the smallest "
+    assert sentence.startswith("Over 2 benchmarks: the lowest mean set-size rank at alpha 0.1 (1 = the smallest "
                                "sets of the calibrators at the same nominal coverage) per score: APS @ 0.1: TS (1.0).")
     assert "smaller than TS's (cells of 2): none; larger: Good (2), UnCal (2)." in sentence
     assert sentence.endswith("in 2 of 2 cells, significantly (p < 0.05) in 2.")  # rho = 1 on both benchmarks
