@@ -62,6 +62,13 @@ def register(sub) -> None:
     cost.add_argument("--study", required=True, help="the study file whose runs are counted and projected")
     cost.add_argument("--cache", default=None, help="backbone cache of the runs (default: the study's, else "
                                                     "$SIMCALIB_CACHE_DIR or .cache/simcalib)")
+    cost.add_argument("--backbone-seconds", default=None, metavar="CSV",
+                      help="recorded backbone seconds per run for benchmarks with no backbone in the cache: a CSV "
+                           "with columns dataset, backbone and --backbone-column (e.g. "
+                           "reports/performance/reprojected_cost.csv)")
+    cost.add_argument("--backbone-column", default="backbone_s",
+                      help="the column of --backbone-seconds to read (default backbone_s; the headline's table "
+                           "has after_backbone_s: with the adopted speed-ups)")
     cost.add_argument("--schedule", action="store_true",
                       help="the remaining runs as tasks in the study's order on its workers: their makespan")
     cost.set_defaults(func=run_cost)
@@ -194,12 +201,10 @@ def run_cost(args: argparse.Namespace) -> int:
     import contextlib
     import os
 
-    import numpy as np
-
     from simcalib.data.registry import get_spec
     from simcalib.errors import UnknownNameError
     from simcalib.experiment.study import load_study
-    from simcalib.report.cost import makespan, read_results, study_cost
+    from simcalib.report.cost import makespan, read_results, recorded_backbone_seconds, study_cost
 
     study = load_study(args.study)
     kinds = [kind for kind in ("shift", "conformal") if getattr(study.spec, kind) is not None]
@@ -216,17 +221,23 @@ def run_cost(args: argparse.Namespace) -> int:
     for dataset in set(rows["dataset"].astype(str)) - set(nodes):  # other graphs' rows: sources of the projection
         with contextlib.suppress(UnknownNameError):
             nodes[dataset] = get_spec(dataset).num_nodes
-    table, projected = study_cost(rows, study.benchmarks(), names, runs_asked, cache, nodes)
+    recorded = recorded_backbone_seconds(args.backbone_seconds, args.backbone_column) if args.backbone_seconds \
+        else None
+    table, projected = study_cost(rows, study.benchmarks(), names, runs_asked, cache, nodes, recorded)
+    where = f"{cache}" + (f", else {args.backbone_seconds} ({args.backbone_column})" if recorded is not None else "")
     print(f"{args.study}: runs {study.describe_runs()}; {len(names)} calibrators, {workers} worker processes; "
-          f"backbones from {cache}")
+          f"backbones from {where}")
     print(f"{'benchmark':<16} {'done':>4} {'with rows':>9} {'backbones':>9} {'epochs':>6} {'s/epoch':>8} "
           f"{'backbone s':>10} {'calib s':>8} {'run s':>7} {'rest CPU-h':>10}")
     for r in table.itertuples():
         name = f"{r.dataset} {r.backbone}"
-        if np.isnan(r.backbone_s):
-            print(f"{name:<16} {r.done:>4} {r.with_rows:>9} {0:>9}  no cached backbone in {cache}: not projected")
+        if r.backbone_source is None:
+            print(f"{name:<16} {r.done:>4} {r.with_rows:>9} {0:>9}  no cached backbone in {cache}"
+                  + ("" if recorded is None else f" nor a row in {args.backbone_seconds}") + ": not projected")
             continue
-        print(f"{name:<16} {r.done:>4} {r.with_rows:>9} {r.backbones:>9} {r.epochs:>6.0f} {r.s_per_epoch:>8.3f} "
+        epochs, per_epoch = ((f"{r.epochs:>6.0f}", f"{r.s_per_epoch:>8.3f}") if r.backbone_source == "cache"
+                             else (f"{'-':>6}", f"{'recorded':>8}"))
+        print(f"{name:<16} {r.done:>4} {r.with_rows:>9} {r.backbones:>9} {epochs} {per_epoch} "
               f"{r.backbone_s:>10.1f} {r.calib_s:>8.1f} {r.run_s:>7.1f} {r.remaining_s / 3600:>10.2f}")
     if projected:
         print("fit seconds projected by node count (no row on the benchmark): " + ", ".join(

@@ -4,7 +4,9 @@ Per benchmark of the study, from what a pass left on disk:
 
 * a backbone's cost, from the backbone cache (every cached backbone stores the epochs to its early stop and its
   training seconds); where the cache also holds backbones of other studies on the same graph, only those whose
-  logits digest is among the rows' ``backbone_digest`` count;
+  logits digest is among the rows' ``backbone_digest`` count. A benchmark with no backbone in the cache takes its
+  seconds per run from a table of recorded backbone seconds, where one is given (``recorded``: for instance the
+  headline's, ``reports/performance/reprojected_cost.csv``), marked as such; without either it is not projected;
 * each calibrator's fit seconds :math:`f_c`, the mean ``fit_seconds`` of its rows. A calibrator with no row on a
   benchmark takes the seconds of the same calibrator on the most similar benchmark with rows (the same backbone
   first, then the nearest node count), scaled by node count: :math:`f_c(b) = f_c(b') \, n(b) / n(b')`; the source
@@ -12,7 +14,8 @@ Per benchmark of the study, from what a pass left on disk:
   cost to project: it is named (``unmeasured``), never counted as free.
 
 The rest of the study: with :math:`R` runs asked per benchmark, :math:`r_c` rows of calibrator :math:`c` and
-:math:`m` runs without any row, :math:`m\, t_\text{backbone} + \sum_c \max(R - r_c, 0)\, f_c` CPU-seconds; wall
+:math:`m` runs without any row (with recorded backbone seconds, also the runs with only some of their rows: the cache
+holds no backbone of theirs), :math:`m\, t_\text{backbone} + \sum_c \max(R - r_c, 0)\, f_c` CPU-seconds; wall
 time on :math:`w` worker processes, either that over :math:`w` or the makespan of the runs as tasks in the
 study's order (:func:`makespan`). Timings are the machine's while the pass ran, load included.
 
@@ -103,6 +106,23 @@ def backbone_costs(cache: Path, dataset: str, backbone: str, digests: set[str]) 
     return frame
 
 
+def recorded_backbone_seconds(path: str | Path, column: str = "backbone_s") -> dict[tuple[str, str], float]:
+    """``{(dataset, backbone): seconds}`` from a CSV with columns ``dataset``, ``backbone`` and ``column`` (a
+    backbone's training seconds per run), rows without a number left out."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no backbone seconds table at {path}; name a CSV with columns dataset, backbone and "
+                          f"{column} (e.g. reports/performance/reprojected_cost.csv)")
+    table = pd.read_csv(path)
+    missing = [c for c in ("dataset", "backbone", column) if c not in table.columns]
+    if missing:
+        raise ConfigError(f"{path} lacks column(s) {', '.join(missing)}; it needs dataset, backbone and a column "
+                          "of backbone seconds per run (name it with --backbone-column)")
+    seconds = pd.to_numeric(table[column], errors="coerce")
+    return {(str(d), str(b)): float(s) for d, b, s in zip(table["dataset"], table["backbone"], seconds)
+            if np.isfinite(s)}
+
+
 def read_results(folders: Sequence[str | Path]) -> pd.DataFrame:
     """Every results.csv below ``folders``, one row per (benchmark, calibrator, run, seed) (a later file's wins)."""
     paths = [p for folder in folders for p in sorted(Path(folder).rglob("results.csv"))]
@@ -113,15 +133,17 @@ def read_results(folders: Sequence[str | Path]) -> pd.DataFrame:
 
 
 def study_cost(rows: pd.DataFrame, benchmarks: Sequence[tuple[str, str]], calibrators: Sequence[str],
-               runs_asked: int | Mapping[str, int], cache: Path, nodes: Mapping[str, int]) -> tuple[pd.DataFrame, dict]:
+               runs_asked: int | Mapping[str, int], cache: Path, nodes: Mapping[str, int],
+               recorded: Mapping[tuple[str, str], float] | None = None) -> tuple[pd.DataFrame, dict]:
     """Per benchmark: runs done (every calibrator has its row), runs with rows, cached backbones counted, mean
     epochs, seconds per epoch, backbone seconds, the calibrators' fit seconds summed, a run's seconds, the
     remaining CPU-seconds, the remaining runs' seconds as tasks (``tasks``: a list) and the calibrators without a
     fit to count (``unmeasured``: no row of theirs below the folders read, so calib s and the rest leave them out).
     ``runs_asked``: the planned runs of every benchmark, or per dataset (a study's ``runs.per_dataset``). Fits of
     benchmarks the study does not plan serve as sources of the projection where ``nodes`` has their dataset.
-    Benchmarks without a cached backbone are left out, with NaN costs. Also returns the projected fits of
-    :func:`fill_unmeasured`."""
+    ``backbone_source`` says where a benchmark's backbone seconds come from: ``"cache"``, ``"recorded"`` (no
+    cached backbone, ``recorded`` holds the benchmark: its seconds per run, no epochs) or ``None`` (neither: left
+    out, with NaN costs). Also returns the projected fits of :func:`fill_unmeasured`."""
     names = list(calibrators)
     digests = set(rows.get("backbone_digest", pd.Series(dtype=str)).dropna().astype(str))
     ours = rows[rows["calibrator"].isin(names)]
@@ -148,20 +170,27 @@ def study_cost(rows: pd.DataFrame, benchmarks: Sequence[tuple[str, str]], calibr
         entry = {"dataset": dataset, "backbone": backbone, "done": done, "with_rows": with_rows,
                  "backbones": len(costs), "epochs": math.nan, "s_per_epoch": math.nan, "backbone_s": math.nan,
                  "calib_s": calib_s, "run_s": math.nan, "remaining_s": math.nan, "tasks": [],
-                 "unmeasured": [n for n in names if np.isnan(fit[n])]}
-        if not costs.empty:
-            backbone_s = float(costs["seconds"].mean())
+                 "unmeasured": [n for n in names if np.isnan(fit[n])], "backbone_source": None}
+        cached = not costs.empty
+        if cached or (dataset, backbone) in (recorded or {}):
+            backbone_s = float(costs["seconds"].mean()) if cached else float(recorded[dataset, backbone])
             asked = runs_asked[dataset] if isinstance(runs_asked, Mapping) else runs_asked
             missing_runs = max(asked - with_rows, 0)
+            # a run with some of its rows trains its backbone again unless the cache holds backbones
+            partial = 0 if cached else with_rows - done
             missing_fits = float(np.nansum([max(asked - per_calibrator[n], 0) * fit[n] for n in names]))
             # fits of the runs that have some rows, spread over them (none: the difference is float rounding)
             rest = missing_fits - missing_runs * calib_s if with_rows else 0.0
             tasks = [backbone_s + calib_s] * missing_runs + ([rest / with_rows] * with_rows if rest > 0 else [])
-            entry.update(epochs=float(costs["epochs"].mean()), s_per_epoch=float(costs["s_per_epoch"].mean()),
-                         backbone_s=backbone_s, run_s=backbone_s + calib_s,
-                         remaining_s=missing_runs * backbone_s + missing_fits, tasks=tasks)
+            tasks[missing_runs:missing_runs + partial] = [t + backbone_s for t in tasks[missing_runs:missing_runs + partial]]
+            if cached:
+                entry.update(epochs=float(costs["epochs"].mean()), s_per_epoch=float(costs["s_per_epoch"].mean()))
+            entry.update(backbone_source="cache" if cached else "recorded", backbone_s=backbone_s,
+                         run_s=backbone_s + calib_s, remaining_s=(missing_runs + partial) * backbone_s + missing_fits,
+                         tasks=tasks)
         table.append(entry)
     return pd.DataFrame(table), projected
 
 
-__all__ = ["backbone_costs", "check_projection", "fill_unmeasured", "makespan", "read_results", "study_cost"]
+__all__ = ["backbone_costs", "check_projection", "fill_unmeasured", "makespan", "read_results",
+           "recorded_backbone_seconds", "study_cost"]

@@ -176,3 +176,40 @@ def test_fits_of_a_benchmark_the_study_does_not_plan_project_it_and_a_calibrator
     out = capsys.readouterr().out
     assert "Citeseer GCN TS from Cora GCN" in out
     assert "not counted: VS (no row below" in out and "name a results folder that holds their rows" in out
+
+
+def test_a_benchmark_without_a_cached_backbone_takes_the_recorded_seconds_and_its_partial_runs_retrain(tmp_path, capsys):
+    """A fresh machine: no backbone cached. Cora GCN of a three-run study, run 0 with both calibrators' rows, run 1
+    with TS's only, run 2 none; 5 s per backbone recorded. Without the table the benchmark is not projected; with
+    it, run 2 costs a backbone and both fits, run 1 its backbone again (the cache does not hold it) and VS's fit:
+    (5 + 1 + 3) + (5 + 3) = 17 s."""
+    from simcalib.report.cost import read_results, recorded_backbone_seconds, study_cost
+
+    rows = pd.DataFrame([{"dataset": "Cora", "backbone": "GCN", "calibrator": name, "split": 0, "init": 0,
+                          "fold": fold, "seed": fold, "fit_seconds": seconds, "backbone_digest": "x"}
+                         for fold, name, seconds in [(0, "TS", 1.0), (0, "VS", 3.0), (1, "TS", 1.0)]])
+    (tmp_path / "results").mkdir()
+    rows.to_csv(tmp_path / "results" / "results.csv", index=False)
+    pd.DataFrame({"dataset": ["Cora", "Citeseer"], "backbone": ["GCN", "GCN"], "backbone_s": [9.0, 8.0],
+                  "after_backbone_s": [5.0, None]}).to_csv(tmp_path / "seconds.csv", index=False)
+    recorded = recorded_backbone_seconds(tmp_path / "seconds.csv", "after_backbone_s")
+    assert recorded == {("Cora", "GCN"): 5.0}  # a row without a number is left out
+    args = (read_results([tmp_path / "results"]), [("Cora", "GCN")], ["TS", "VS"], 3, tmp_path / "cache",
+            {"Cora": 2708})
+    table, _ = study_cost(*args)
+    assert table.loc[0, "backbone_source"] is None and math.isnan(table.loc[0, "remaining_s"])
+    table, _ = study_cost(*args, recorded)
+    assert table.loc[0, "backbone_source"] == "recorded" and table.loc[0, "remaining_s"] == pytest.approx(17.0)
+    assert sum(table.loc[0, "tasks"]) == pytest.approx(17.0)
+
+    study = tmp_path / "study.yaml"
+    study.write_text("name: c\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\ncalibrators: [TS, VS]\n"
+                     "runs: {splits: 1, inits: 1, folds: 3}\n")
+    command = ["cost", str(tmp_path / "results"), "--study", str(study), "--cache", str(tmp_path / "cache")]
+    assert cli.main([*command, "--backbone-seconds", str(tmp_path / "seconds.csv"),
+                     "--backbone-column", "after_backbone_s"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Cora GCN"))
+    assert line.split() == ["Cora", "GCN", "1", "2", "0", "-", "recorded", "5.0", "4.0", "9.0", "0.00"]
+    assert cli.main([*command, "--backbone-seconds", str(tmp_path / "seconds.csv"), "--backbone-column", "t"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "lacks column(s) t" in err and "--backbone-column" in err and len(err.splitlines()) == 1
