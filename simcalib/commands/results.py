@@ -62,6 +62,9 @@ def register(sub) -> None:
     cost.add_argument("--study", required=True, help="the study file whose runs are counted and projected")
     cost.add_argument("--cache", default=None, help="backbone cache of the runs (default: the study's, else "
                                                     "$SIMCALIB_CACHE_DIR or .cache/simcalib)")
+    cost.add_argument("--calibrators", default=None,
+                      help="comma list of the study's calibrators to count (default: all it plans), e.g. those a "
+                           "slice computes")
     cost.add_argument("--backbone-seconds", default=None, metavar="CSV",
                       help="recorded backbone seconds per run for benchmarks with no backbone in the cache: a CSV "
                            "with columns dataset, backbone and --backbone-column (e.g. "
@@ -199,21 +202,29 @@ def run_paired_tests(args: argparse.Namespace) -> int:
 
 def run_cost(args: argparse.Namespace) -> int:
     import contextlib
+    import math
     import os
 
     from simcalib.data.registry import get_spec
     from simcalib.errors import UnknownNameError
+    from simcalib.experiment.plan import plan_study
     from simcalib.experiment.study import load_study
     from simcalib.report.cost import makespan, read_results, recorded_backbone_seconds, study_cost
 
     study = load_study(args.study)
-    kinds = [kind for kind in ("shift", "conformal") if getattr(study.spec, kind) is not None]
-    if kinds:
-        raise ConfigError(f"{args.study} declares {' and '.join(kinds)} benchmarks, whose runs and results folders "
-                          "`simcalib cost` does not count (it projects the protocol's dataset x backbone "
-                          "benchmarks); read their cost from the fit_seconds of their rows instead")
+    # a shift study plans a benchmark per property of each dataset x backbone, each in its own results folder
+    shift = study.spec.shift is not None
+    benchmarks = ([(b.dataset, b.backbone, b.out_dir.name) for b in plan_study(study, data=False).benchmarks]
+                  if shift else study.benchmarks())
     cache = Path(args.cache or study.spec.data.cache_dir or os.environ.get("SIMCALIB_CACHE_DIR") or ".cache/simcalib")
     names = [c.name for c in study.calibrators]
+    if args.calibrators:
+        chosen = [c.strip() for c in args.calibrators.split(",") if c.strip()]
+        unknown = [c for c in chosen if c not in names]
+        if unknown:
+            raise ConfigError(f"--calibrators names {', '.join(unknown)}, which {args.study} does not plan; its "
+                              f"calibrators are: {', '.join(names)}")
+        names = chosen
     runs_asked = {dataset: study.runs_per_benchmark(dataset) for dataset, _ in study.benchmarks()}
     workers = study.spec.task_runner.workers
     rows = read_results(args.results)
@@ -223,21 +234,24 @@ def run_cost(args: argparse.Namespace) -> int:
             nodes[dataset] = get_spec(dataset).num_nodes
     recorded = recorded_backbone_seconds(args.backbone_seconds, args.backbone_column) if args.backbone_seconds \
         else None
-    table, projected = study_cost(rows, study.benchmarks(), names, runs_asked, cache, nodes, recorded)
+    table, projected = study_cost(rows, benchmarks, names, runs_asked, cache, nodes, recorded)
     where = f"{cache}" + (f", else {args.backbone_seconds} ({args.backbone_column})" if recorded is not None else "")
     print(f"{args.study}: runs {study.describe_runs()}; {len(names)} calibrators, {workers} worker processes; "
           f"backbones from {where}")
-    print(f"{'benchmark':<16} {'done':>4} {'with rows':>9} {'backbones':>9} {'epochs':>6} {'s/epoch':>8} "
+    labels = [f"{r.dataset} {r.backbone}" + (f" {r.folder.removeprefix(f'{r.dataset}_{r.backbone}_')}" if r.folder
+              else "") for r in table.itertuples()]
+    width = max(16, *map(len, labels))
+    print(f"{'benchmark':<{width}} {'done':>4} {'with rows':>9} {'backbones':>9} {'epochs':>6} {'s/epoch':>8} "
           f"{'backbone s':>10} {'calib s':>8} {'run s':>7} {'rest CPU-h':>10}")
-    for r in table.itertuples():
-        name = f"{r.dataset} {r.backbone}"
-        if r.backbone_source is None:
-            print(f"{name:<16} {r.done:>4} {r.with_rows:>9} {0:>9}  no cached backbone in {cache}"
-                  + ("" if recorded is None else f" nor a row in {args.backbone_seconds}") + ": not projected")
+    for name, r in zip(labels, table.itertuples()):
+        if math.isnan(r.backbone_s):  # neither a cached backbone nor a recorded one
+            why = f"no cached backbone in {cache}" + ("" if recorded is None else f" nor a row in {args.backbone_seconds}")
+            state = "complete, nothing left" if r.done >= runs_asked[r.dataset] else "not projected"
+            print(f"{name:<{width}} {r.done:>4} {r.with_rows:>9} {0:>9}  {why}: {state}")
             continue
         epochs, per_epoch = ((f"{r.epochs:>6.0f}", f"{r.s_per_epoch:>8.3f}") if r.backbone_source == "cache"
                              else (f"{'-':>6}", f"{'recorded':>8}"))
-        print(f"{name:<16} {r.done:>4} {r.with_rows:>9} {r.backbones:>9} {epochs} {per_epoch} "
+        print(f"{name:<{width}} {r.done:>4} {r.with_rows:>9} {r.backbones:>9} {epochs} {per_epoch} "
               f"{r.backbone_s:>10.1f} {r.calib_s:>8.1f} {r.run_s:>7.1f} {r.remaining_s / 3600:>10.2f}")
     if projected:
         print("fit seconds projected by node count (no row on the benchmark): " + ", ".join(

@@ -1,6 +1,7 @@
 r"""What a study costs, read back from its finished runs, and what the rest of it will cost.
 
-Per benchmark of the study, from what a pass left on disk:
+Per benchmark of the study (a protocol or conformal study's dataset x backbone; a shift study's dataset x backbone
+x property, counted in that property's results folder), from what a pass left on disk:
 
 * a backbone's cost, from the backbone cache (every cached backbone stores the epochs to its early stop and its
   training seconds); where the cache also holds backbones of other studies on the same graph, only those whose
@@ -124,50 +125,57 @@ def recorded_backbone_seconds(path: str | Path, column: str = "backbone_s") -> d
 
 
 def read_results(folders: Sequence[str | Path]) -> pd.DataFrame:
-    """Every results.csv below ``folders``, one row per (benchmark, calibrator, run, seed) (a later file's wins)."""
+    """Every results.csv below ``folders``, each row with the name of its file's ``folder`` (a shift study's
+    properties of one dataset and backbone have a folder each), one row per (folder, benchmark, calibrator, run,
+    seed) (a later file's wins)."""
     paths = [p for folder in folders for p in sorted(Path(folder).rglob("results.csv"))]
     if not paths:
         raise ConfigError(f"no results.csv below {', '.join(map(str, folders))}; name a study's output folder")
-    rows = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
-    return rows.drop_duplicates(subset=["dataset", "backbone", "calibrator", *RUN_KEYS, "seed"], keep="last")
+    rows = pd.concat([pd.read_csv(p).assign(folder=p.parent.name) for p in paths], ignore_index=True)
+    return rows.drop_duplicates(subset=["folder", "dataset", "backbone", "calibrator", *RUN_KEYS, "seed"], keep="last")
 
 
-def study_cost(rows: pd.DataFrame, benchmarks: Sequence[tuple[str, str]], calibrators: Sequence[str],
+def study_cost(rows: pd.DataFrame, benchmarks: Sequence[tuple[str, str] | tuple[str, str, str]], calibrators: Sequence[str],
                runs_asked: int | Mapping[str, int], cache: Path, nodes: Mapping[str, int],
                recorded: Mapping[tuple[str, str], float] | None = None) -> tuple[pd.DataFrame, dict]:
     """Per benchmark: runs done (every calibrator has its row), runs with rows, cached backbones counted, mean
     epochs, seconds per epoch, backbone seconds, the calibrators' fit seconds summed, a run's seconds, the
     remaining CPU-seconds, the remaining runs' seconds as tasks (``tasks``: a list) and the calibrators without a
     fit to count (``unmeasured``: no row of theirs below the folders read, so calib s and the rest leave them out).
+    A benchmark is (dataset, backbone), its runs counted in the rows of any folder, or (dataset, backbone, folder)
+    where several benchmarks share a dataset and backbone (a shift study's properties), its runs counted in the
+    rows of that folder only; the fit seconds of a dataset and backbone are the mean over all its rows (the
+    table's ``folder``: None, or the folder).
     ``runs_asked``: the planned runs of every benchmark, or per dataset (a study's ``runs.per_dataset``). Fits of
     benchmarks the study does not plan serve as sources of the projection where ``nodes`` has their dataset.
     ``backbone_source`` says where a benchmark's backbone seconds come from: ``"cache"``, ``"recorded"`` (no
     cached backbone, ``recorded`` holds the benchmark: its seconds per run, no epochs) or ``None`` (neither: left
     out, with NaN costs). Also returns the projected fits of :func:`fill_unmeasured`."""
     names = list(calibrators)
+    keys = [(b[0], b[1], b[2] if len(b) > 2 else None) for b in benchmarks]
+    pairs = list(dict.fromkeys((dataset, backbone) for dataset, backbone, _ in keys))
     digests = set(rows.get("backbone_digest", pd.Series(dtype=str)).dropna().astype(str))
     ours = rows[rows["calibrator"].isin(names)]
-    sources = sorted({(d, b) for d, b in zip(ours["dataset"], ours["backbone"]) if d in nodes} - set(benchmarks))
-    fits = pd.DataFrame(np.nan, index=pd.MultiIndex.from_tuples([*benchmarks, *sources]), columns=names)
+    sources = sorted({(d, b) for d, b in zip(ours["dataset"], ours["backbone"]) if d in nodes} - set(pairs))
+    fits = pd.DataFrame(np.nan, index=pd.MultiIndex.from_tuples([*pairs, *sources]), columns=names)
     for (dataset, backbone), mine in ours.groupby(["dataset", "backbone"]):
         if (dataset, backbone) in fits.index:
             fits.loc[(dataset, backbone)] = mine.groupby("calibrator")["fit_seconds"].mean().reindex(names)
-    counts = {}
-    for dataset, backbone in benchmarks:
-        mine = ours[(ours["dataset"] == dataset) & (ours["backbone"] == backbone)]
-        per_run = mine.groupby(RUN_KEYS)["calibrator"].nunique()
-        counts[dataset, backbone] = (int((per_run == len(names)).sum()), len(per_run),
-                                     mine.groupby("calibrator").size().reindex(names, fill_value=0))
     filled, projected = fill_unmeasured(fits, nodes)
-    planned = set(benchmarks)
+    planned = set(pairs)
     projected = {key: source for key, source in projected.items() if key[:2] in planned}
     table = []
-    for dataset, backbone in benchmarks:
-        done, with_rows, per_calibrator = counts[dataset, backbone]
+    for dataset, backbone, folder in keys:
+        mine = ours[(ours["dataset"] == dataset) & (ours["backbone"] == backbone)]
+        if folder is not None and "folder" in mine.columns:
+            mine = mine[mine["folder"] == folder]
+        per_run = mine.groupby(RUN_KEYS)["calibrator"].nunique()
+        done, with_rows = int((per_run == len(names)).sum()), len(per_run)
+        per_calibrator = mine.groupby("calibrator").size().reindex(names, fill_value=0)
         costs = backbone_costs(cache, dataset, backbone, digests)
         fit = filled.loc[(dataset, backbone)]
         calib_s = float(np.nansum(fit.to_numpy()))
-        entry = {"dataset": dataset, "backbone": backbone, "done": done, "with_rows": with_rows,
+        entry = {"dataset": dataset, "backbone": backbone, "folder": folder, "done": done, "with_rows": with_rows,
                  "backbones": len(costs), "epochs": math.nan, "s_per_epoch": math.nan, "backbone_s": math.nan,
                  "calib_s": calib_s, "run_s": math.nan, "remaining_s": math.nan, "tasks": [],
                  "unmeasured": [n for n in names if np.isnan(fit[n])], "backbone_source": None}

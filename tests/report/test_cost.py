@@ -136,17 +136,37 @@ def test_a_benchmark_with_a_cached_backbone_and_no_rows_is_projected_whole(tmp_p
     assert citeseer["remaining_s"] == pytest.approx(3 * citeseer["run_s"])
 
 
-@pytest.mark.parametrize("study", ["shift", "conformal"])
-def test_the_cost_of_a_shift_or_conformal_study_is_refused_in_one_line(study, capsys):
-    """Those plans have their own runs and results folders (one per shift property), which the projection of
-    dataset x backbone benchmarks would count wrongly: refused, naming what to read instead."""
-    from pathlib import Path
+def test_a_shift_study_counts_each_property_in_its_own_folder(tmp_path, capsys):
+    """A shift study of Cora GCN under two properties, one results folder each: popularity holds both runs of TS,
+    density one. The runs are counted per folder (pooled by dataset and backbone, density would look complete);
+    TS's fit seconds are the mean over both folders (1, 1 and 4 s: 2 s), and density's missing run costs a
+    recorded backbone (5 s) and that fit: 7 s."""
+    study = tmp_path / "study.yaml"
+    study.write_text("name: s\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\ncalibrators: [TS]\n"
+                     "runs: {splits: 1, inits: 1, folds: 2, generated_splits: true}\n"
+                     "shift: {properties: [popularity, density]}\n")
+    for prop, runs in (("popularity", [(0, 1.0), (1, 1.0)]), ("density", [(0, 4.0)])):
+        folder = tmp_path / "results" / f"Cora_GCN_{prop}"
+        folder.mkdir(parents=True)
+        pd.DataFrame([{"dataset": "Cora", "backbone": "GCN", "calibrator": "TS", "split": 0, "init": 0, "fold": fold,
+                       "seed": fold, "fit_seconds": seconds, "backbone_digest": f"{prop}{fold}"}
+                      for fold, seconds in runs]).to_csv(folder / "results.csv", index=False)
+    pd.DataFrame({"dataset": ["Cora"], "backbone": ["GCN"], "backbone_s": [5.0]}).to_csv(tmp_path / "s.csv", index=False)
+    assert cli.main(["cost", str(tmp_path / "results"), "--study", str(study), "--cache", str(tmp_path / "cache"),
+                     "--backbone-seconds", str(tmp_path / "s.csv")]) == 0
+    lines = {" ".join(line.split()[:3]): line.split()[3:] for line in capsys.readouterr().out.splitlines()
+             if line.startswith("Cora GCN")}
+    assert lines["Cora GCN popularity"] == ["2", "2", "0", "-", "recorded", "5.0", "2.0", "7.0", "0.00"]
+    assert lines["Cora GCN density"] == ["1", "1", "0", "-", "recorded", "5.0", "2.0", "7.0", "0.00"]
+    from simcalib.report.cost import read_results, study_cost
 
-    root = Path(__file__).resolve().parents[2]
-    assert cli.main(["cost", str(root / "reports" / study / "results"), "--study",
-                     str(root / "study" / f"{study}.yaml")]) == 2
+    table, _ = study_cost(read_results([tmp_path / "results"]),
+                          [("Cora", "GCN", "Cora_GCN_popularity"), ("Cora", "GCN", "Cora_GCN_density")], ["TS"], 2,
+                          tmp_path / "cache", {"Cora": 2708}, {("Cora", "GCN"): 5.0})
+    assert table["remaining_s"].tolist() == [pytest.approx(0.0), pytest.approx(7.0)]
+    assert cli.main(["cost", str(tmp_path / "results"), "--study", str(study), "--calibrators", "VS"]) == 2
     err = capsys.readouterr().err.strip()
-    assert f"declares {study} benchmarks" in err and "fit_seconds" in err and len(err.splitlines()) == 1
+    assert "--calibrators names VS" in err and "its calibrators are: TS" in err and len(err.splitlines()) == 1
 
 
 def test_fits_of_a_benchmark_the_study_does_not_plan_project_it_and_a_calibrator_without_rows_is_named(tmp_path, capsys):
