@@ -231,7 +231,8 @@ def _cell(mean: float, low: float, high: float, digits: int) -> str:
 
 def _answer_body(table: pd.DataFrame) -> list[list[str]]:
     body = []
-    for (dataset, backbone, metric), group in table.groupby(["dataset", "backbone", "metric"], sort=True):
+    # the table's order (the families file's, then by name), not the names' alone
+    for (dataset, backbone, metric), group in table.groupby(["dataset", "backbone", "metric"], sort=False):
         digits = DIGITS[metric]
         for r in group.to_dict("records"):
             body.append([f"{dataset} {backbone}", LABELS[metric], str(r["runs"]), r["best"],
@@ -359,7 +360,7 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
     own = rows[rows["calibrator"] == AUTOCAL]
     selection = selection_counts(own, family_of)
     selection = selection.loc[sorted(selection.index, key=rank)]
-    cost = cost_table(rows)
+    cost = cost_table(rows).loc[list(dict.fromkeys(zip(table["dataset"], table["backbone"])))]  # the table's order
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "regret.csv", index=False, float_format="%.6g")

@@ -186,6 +186,24 @@ def test_make_report_renders_the_autocal_entry_from_its_rows(tmp_path, capsys, m
         pytest.approx(0.5)
 
 
+def test_the_per_benchmark_and_cost_tables_follow_the_families_order(tmp_path, monkeypatch):
+    """Families homophilous (Cora) then heterophilous (Actor): Cora's rows come first in the per-benchmark and cost
+    tables, as in the answer table, though Actor sorts first by name."""
+    monkeypatch.chdir(tmp_path)
+    for dataset, folder in (("Cora", "homo"), ("Actor", "hetero")):
+        append_rows(tmp_path / folder / f"{dataset}_GCN" / "results.csv", _headline(dataset))
+        append_rows(tmp_path / "autocal" / f"{dataset}_GCN" / "results.csv", _autocal(dataset, equal_to="GATS"))
+    (tmp_path / "leaderboard.yaml").write_text("- name: homophilous\n  title: H\n  results: homo\n"
+                                               "- name: heterophilous\n  title: X\n  results: hetero\n")
+    pd.DataFrame([{"family": "homophilous", "calibrator": "GATS"},
+                  {"family": "heterophilous", "calibrator": "ETS"}]).to_csv(tmp_path / "recommendation.csv")
+    build_autocal_report(tmp_path / "autocal", tmp_path / "out", "t", families=tmp_path / "leaderboard.yaml")
+    report = (tmp_path / "out" / "report.md").read_text()
+    per_benchmark, cost = report.split("## Per benchmark")[1].split("## Cost")
+    for part in (per_benchmark, cost):
+        assert part.index("| Cora GCN |") < part.index("| Actor GCN |")
+
+
 def test_an_autocal_report_without_rows_writes_nothing(tmp_path):
     assert build_autocal_report(tmp_path / "absent", tmp_path / "out", "t") is None
     assert not (tmp_path / "out").exists()
