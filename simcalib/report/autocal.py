@@ -409,7 +409,9 @@ def build_autocal_report(results: str | os.PathLike, out: str | os.PathLike, tit
         Paragraph("Median fit_seconds per run on the paired runs, AutoCal beside its candidates (each candidate's "
                   "from the headline's rows, fitted once; AutoCal fits every candidate on each of its parts and "
                   "refits the chosen one). The rows come from different machines and loads "
-                  "(provenance.yaml of each results folder), so the ratio is indicative only."),
+                  "(provenance.yaml of each results folder), so the ratio is indicative only; AutoCal against its "
+                  "candidates on the same backbone in one process: `reports/performance/autocal_cost.txt` "
+                  "(`benchmarks/speed/autocal_cost.py`)."),
         table_block(["Benchmark", *cost.columns],
                     [[f"{d} {b}", *(f"{v:.3g}" if np.isfinite(v) else "" for v in cost.loc[(d, b)])]
                      for d, b in cost.index], numeric_from=1),
