@@ -253,9 +253,14 @@ def run_cost(args: argparse.Namespace) -> int:
                              else (f"{'-':>6}", f"{'recorded':>8}"))
         print(f"{name:<{width}} {r.done:>4} {r.with_rows:>9} {r.backbones:>9} {epochs} {per_epoch} "
               f"{r.backbone_s:>10.1f} {r.calib_s:>8.1f} {r.run_s:>7.1f} {r.remaining_s / 3600:>10.2f}")
-    if projected:
-        print("fit seconds projected by node count (no row on the benchmark): " + ", ".join(
-            f"{d} {b} {n} from {source} {source_backbone}" for (d, b, n), (source, source_backbone) in projected.items()))
+    if projected:  # one clause per benchmark and source: its calibrators, or "every calibrator"
+        groups: dict[tuple[str, str, str, str], list[str]] = {}
+        for (d, b, n), (source, source_backbone) in projected.items():
+            groups.setdefault((d, b, source, source_backbone), []).append(n)
+        print("fit seconds projected by node count (no row on the benchmark): " + "; ".join(
+            f"{d} {b} from {source} {source_backbone}: "
+            + ("every calibrator" if len(group) == len(names) else ", ".join(group))
+            for (d, b, source, source_backbone), group in groups.items()))
     unmeasured = sorted({n for entry in table["unmeasured"] for n in entry})
     if unmeasured:
         print(f"not counted: {', '.join(unmeasured)} (no row below {', '.join(map(str, args.results))}, so no fit "

@@ -194,7 +194,7 @@ def test_fits_of_a_benchmark_the_study_does_not_plan_project_it_and_a_calibrator
     rows.to_csv(tmp_path / "results" / "results.csv", index=False)
     assert cli.main(["cost", str(tmp_path / "results"), "--study", str(study), "--cache", str(tmp_path / "cache")]) == 0
     out = capsys.readouterr().out
-    assert "Citeseer GCN TS from Cora GCN" in out
+    assert "Citeseer GCN from Cora GCN: TS" in out
     assert "not counted: VS (no row below" in out and "name a results folder that holds their rows" in out
 
 
