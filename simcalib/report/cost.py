@@ -189,8 +189,9 @@ def study_cost(rows: pd.DataFrame, benchmarks: Sequence[tuple[str, str] | tuple[
             missing_fits = float(np.nansum([max(asked - per_calibrator[n], 0) * fit[n] for n in names]))
             # fits of the runs that have some rows, spread over them (none: the difference is float rounding)
             rest = missing_fits - missing_runs * calib_s if with_rows else 0.0
-            tasks = [backbone_s + calib_s] * missing_runs + ([rest / with_rows] * with_rows if rest > 0 else [])
-            tasks[missing_runs:missing_runs + partial] = [t + backbone_s for t in tasks[missing_runs:missing_runs + partial]]
+            spread = [rest / with_rows] * with_rows if rest > 0 else [0.0] * partial
+            spread[:partial] = [t + backbone_s for t in spread[:partial]]  # the partial runs' backbones
+            tasks = [backbone_s + calib_s] * missing_runs + spread
             if cached:
                 entry.update(epochs=float(costs["epochs"].mean()), s_per_epoch=float(costs["s_per_epoch"].mean()))
             entry.update(backbone_source="cache" if cached else "recorded", backbone_s=backbone_s,

@@ -221,6 +221,10 @@ def test_a_benchmark_without_a_cached_backbone_takes_the_recorded_seconds_and_it
     table, _ = study_cost(*args, recorded)
     assert table.loc[0, "backbone_source"] == "recorded" and table.loc[0, "remaining_s"] == pytest.approx(17.0)
     assert sum(table.loc[0, "tasks"]) == pytest.approx(17.0)
+    # TS's row of run 0 alone (VS without a fit anywhere): runs 1 and 2 cost 5 + 1 s each, run 0 its backbone
+    # again, 17 s, in the rest and in the tasks alike
+    table, _ = study_cost(args[0][args[0]["calibrator"] == "TS"].iloc[:1], *args[1:], recorded)
+    assert table.loc[0, "remaining_s"] == pytest.approx(17.0) and sum(table.loc[0, "tasks"]) == pytest.approx(17.0)
 
     study = tmp_path / "study.yaml"
     study.write_text("name: c\nbenchmarks: {datasets: [Cora], backbones: [GCN]}\ncalibrators: [TS, VS]\n"
